@@ -1,0 +1,111 @@
+"""Base class, capability flags and the cache convention for every attention variant."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import torch
+from torch import nn
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What a variant can do; the builder refuses combinations a variant cannot serve.
+
+    causal: can be used as a causal (decoder / LM) self-attention.
+    cross: can attend to a separate memory (encoder-decoder cross-attention).
+    incremental: supports token-by-token decoding with a cache.
+    bounded_length: needs ``max_len`` at construction and refuses longer inputs (synthesizers).
+    """
+
+    causal: bool = True
+    cross: bool = True
+    incremental: bool = True
+    bounded_length: bool = False
+
+
+class AttentionError(ValueError):
+    """A configuration or input that a variant cannot serve; the message is one line, ready for users."""
+
+
+Cache = dict[str, Any]
+"""Incremental-decoding state of one attention module.
+
+Every tensor in a cache has the batch as its first dimension so beam search can reorder it with
+``reorder_cache``. ``cache["length"]`` (int) counts the positions already consumed (self-attention).
+"""
+
+
+def reorder_cache(cache: Cache, index: torch.Tensor) -> Cache:
+    """Select batch rows of every cached tensor (beam search reordering), in place."""
+    for key, value in list(cache.items()):
+        if isinstance(value, torch.Tensor):
+            cache[key] = value.index_select(0, index)
+        elif isinstance(value, dict):
+            reorder_cache(value, index)
+    return cache
+
+
+class Attention(nn.Module):
+    """Multi-head attention contract.
+
+    Self-attention modules: ``forward(x, key_padding_mask=None, cache=None)``.
+    Cross-attention modules (built with ``cross=True``): ``forward(x, memory, memory_padding_mask=None,
+    cache=None)``. ``x`` is (batch, length, d_model); the output has the same shape.
+
+    With ``cache`` (a dict, empty at the first step) a self-attention module treats ``x`` as the next
+    positions of the sequence, starting at absolute position ``cache.get("length", 0)``, and updates the
+    cache; a cross-attention module stores the projected memory at its first call.
+    """
+
+    capabilities: ClassVar[Capabilities] = Capabilities()
+    name: ClassVar[str] = ""
+
+    def __init__(
+        self,
+        d_model: int,
+        num_heads: int,
+        *,
+        max_len: int | None = None,
+        causal: bool = False,
+        dropout: float = 0.0,
+        cross: bool = False,
+    ) -> None:
+        super().__init__()
+        if d_model % num_heads != 0:
+            raise AttentionError(
+                f"d_model={d_model} is not divisible by num_heads={num_heads}; choose num_heads among the "
+                f"divisors of d_model (e.g. {[h for h in (1, 2, 4, 8, 16, 32) if d_model % h == 0]})"
+            )
+        self.d_model = d_model
+        self.num_heads = num_heads
+        self.head_dim = d_model // num_heads
+        self.max_len = max_len
+        self.causal = causal
+        self.dropout = dropout
+        self.is_cross = cross
+
+    # -- helpers shared by variants -------------------------------------------------------------
+    def split_heads(self, t: torch.Tensor) -> torch.Tensor:
+        """(B, L, D) -> (B, H, L, Dh)."""
+        b, n, _ = t.shape
+        return t.view(b, n, self.num_heads, self.head_dim).transpose(1, 2)
+
+    def merge_heads(self, t: torch.Tensor) -> torch.Tensor:
+        """(B, H, L, Dh) -> (B, L, D)."""
+        b, h, n, dh = t.shape
+        return t.transpose(1, 2).reshape(b, n, h * dh)
+
+    def check_length(self, length: int) -> None:
+        if self.max_len is not None and self.capabilities.bounded_length and length > self.max_len:
+            raise AttentionError(
+                f"{self.name}: sequence length {length} exceeds max_len={self.max_len}; raise "
+                f"model.max_len or shorten the task's max length"
+            )
+
+    def extra_repr(self) -> str:
+        return (
+            f"d_model={self.d_model}, num_heads={self.num_heads}, causal={self.causal}, "
+            f"cross={self.is_cross}, max_len={self.max_len}"
+        )
