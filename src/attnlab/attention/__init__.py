@@ -5,8 +5,17 @@ them all. Add a variant by adding a file here and importing it below; the regist
 then cover it automatically.
 """
 
-from attnlab.attention import vanilla  # noqa: F401  (registers)
+from attnlab.attention import (  # noqa: F401  (each import registers its variants)
+    bigbird,
+    qknorm,
+    synth_dense,
+    synth_mixture,
+    synth_random,
+    vanilla,
+)
 from attnlab.attention.base import Attention, AttentionError, Capabilities, reorder_cache
+from attnlab.attention.bigbird import bigbird_reference_allowed, build_bigbird_plan
+from attnlab.attention.qknorm import qknorm_g0
 from attnlab.attention.registry import available, build_attention, get_entry, register_attention
 
 __all__ = [
@@ -14,8 +23,11 @@ __all__ = [
     "AttentionError",
     "Capabilities",
     "available",
+    "bigbird_reference_allowed",
+    "build_bigbird_plan",
     "build_attention",
     "get_entry",
+    "qknorm_g0",
     "register_attention",
     "reorder_cache",
 ]

@@ -89,7 +89,8 @@ def build_attention(
     unknown = sorted(set(variant_options) - field_names)
     if unknown:
         raise AttentionError(
-            f"attention {name!r} has no option(s) {', '.join(unknown)}; valid: {', '.join(sorted(field_names)) or 'none'}"
+            f"attention {name!r} has no option(s) {', '.join(unknown)}; "
+            f"valid: {', '.join(sorted(field_names)) or 'none'}"
         )
     opts = entry.options(**variant_options)
     return entry.cls(

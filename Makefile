@@ -1,0 +1,70 @@
+# attnlab: `make help` lists every target. The first use of any target builds .venv (Python 3.11,
+# torch CPU build pinned by TORCH, the package in editable mode with its dev extras).
+SHELL := /bin/bash
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV ?= .venv
+TORCH ?= torch==2.13.0
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+PYTEST_ARGS ?=
+DEMO_DIR := runs/demo/$(shell date +%Y-%m-%d_%H-%M-%S)
+# Our machines keep real datasets in ../shared/data; elsewhere set ATTNLAB_DATA_ROOT (or paths.data_root).
+ifneq ($(wildcard ../shared/data),)
+export ATTNLAB_DATA_ROOT ?= $(abspath ../shared/data)
+endif
+
+.DEFAULT_GOAL := help
+.PHONY: help install demo test test-slow test-gpu test-all lint format golden tables clean
+
+help: ## List every target with a one-line description
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_%-]+:.*## / {printf "  \033[36m%-16s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+$(STAMP): pyproject.toml
+	@test -n "$(PYTHON)" || { echo "error: python3.11 not found; install Python 3.11 or set PYTHON=" >&2; exit 1; }
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	# torch first and pinned, so nothing below can pull a multi-GB CUDA build on a CPU machine
+	$(BIN)/python -m pip install --quiet "$(TORCH)"
+	$(BIN)/python -m pip install --quiet -e ".[dev]"
+	@touch $(STAMP)
+
+install: $(STAMP) ## Create .venv and install attnlab with its dev extras
+
+demo: $(STAMP) ## Train a vanilla Transformer on the copy task (CPU, a few minutes) and print its table
+	$(BIN)/attnlab-train experiment=demo/copy logger=wandb hydra.run.dir=$(DEMO_DIR)
+	@echo
+	$(BIN)/attnlab-table table=summary runs=$(DEMO_DIR)
+	@echo
+	@echo "run folder:        $(DEMO_DIR)"
+	@echo "run record:        $(DEMO_DIR)/results.json"
+	@echo "CSV metrics:       $(DEMO_DIR)/csv/metrics.csv"
+	@echo "wandb offline run: $$(ls -d $(DEMO_DIR)/wandb/offline-run-* 2>/dev/null | head -n1)  (upload: wandb sync <that folder>)"
+
+test: $(STAMP) ## Run the default test tier (fast, offline; what CI runs)
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+test-slow: $(STAMP) ## Run the slow tier: real training runs, DDP on CPU, notebooks
+	$(BIN)/python -m pytest -m slow $(PYTEST_ARGS)
+
+test-gpu: $(STAMP) ## Run the GPU tier (needs a CUDA device)
+	$(BIN)/python -m pytest -m gpu $(PYTEST_ARGS)
+
+test-all: $(STAMP) ## Run every tier that this machine can run
+	$(BIN)/python -m pytest -m "not gpu or gpu" $(PYTEST_ARGS)
+
+lint: $(STAMP) ## Lint with ruff
+	$(BIN)/ruff check src tests
+
+format: $(STAMP) ## Format and fix what ruff can
+	$(BIN)/ruff check --fix src tests
+	$(BIN)/ruff format src tests
+
+golden: $(STAMP) ## Rewrite the resolved-config snapshots in tests/golden (review the diff!)
+	UPDATE_GOLDEN=1 $(BIN)/python -m pytest tests/test_config.py -k golden -q
+
+tables: $(STAMP) ## Rebuild every results table from the stored run records (no training)
+	$(BIN)/attnlab-table table=all
+
+clean: ## Remove the virtual environment and caches (runs/ and results/ stay)
+	rm -rf $(VENV) .pytest_cache .ruff_cache
+	find . -name __pycache__ -type d -prune -exec rm -rf {} +

@@ -1,0 +1,191 @@
+"""Block-sparse attention in plain PyTorch: the reference that any fast kernel must match.
+
+Only the key blocks named by the plan are gathered and scored, so memory is O(L * K * block) for K key
+blocks per query block, never O(L^2). A faster kernel (FlexAttention ``BlockMask`` built from the same
+tables, Triton, ...) can live beside this file and be tested against it.
+
+Plan layout (``BlockSparsePlan``), for a sequence padded to ``num_blocks * block_size`` positions:
+
+- ``row_blocks`` (R,) long: query blocks computed block-sparsely, in any order.
+- ``key_blocks`` (R, K) long: for row ``r``, the key blocks that query block ``row_blocks[r]`` attends to;
+  K is the largest count over rows. Entries where ``key_valid`` is False are filler and are masked.
+  Valid entries of a row are distinct (a duplicated block would be counted twice by the softmax).
+- ``key_valid`` (R, K) bool.
+- ``dense_rows`` (G,) long: query blocks that attend to every key (bidirectional global blocks); they are
+  computed as dense rows, O(block * L) each.
+- ``causal``: an element-level mask ``key position <= query position`` is applied on top of the tables,
+  which matters only inside diagonal blocks when every other listed block is in the past.
+
+The plan is shared by every batch row and head.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class BlockSparsePlan:
+    block_size: int
+    num_blocks: int
+    causal: bool
+    row_blocks: torch.Tensor
+    key_blocks: torch.Tensor
+    key_valid: torch.Tensor
+    dense_rows: torch.Tensor
+
+    def to(self, device) -> BlockSparsePlan:
+        return BlockSparsePlan(
+            self.block_size, self.num_blocks, self.causal, self.row_blocks.to(device),
+            self.key_blocks.to(device), self.key_valid.to(device), self.dense_rows.to(device),
+        )
+
+    def block_mask(self) -> torch.Tensor:
+        """(num_blocks, num_blocks) bool: query block i may attend key block j (before the causal mask)."""
+        n = self.num_blocks
+        m = torch.zeros(n, n, dtype=torch.bool, device=self.key_blocks.device)
+        if self.row_blocks.numel():
+            rows = self.row_blocks[:, None].expand_as(self.key_blocks)
+            m[rows[self.key_valid], self.key_blocks[self.key_valid]] = True
+        m[self.dense_rows] = True
+        return m
+
+
+def attend_gathered(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    allowed: torch.Tensor,
+    scale: float,
+    extra_k: torch.Tensor | None = None,
+    extra_v: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Softmax attention of query groups over their own gathered keys.
+
+    q (B, H, R, Q, Dh); k, v (B, H, R, Kn, Dh); allowed bool broadcastable to (B, H, R, Q, Kn).
+    extra_k, extra_v (H, E, Dh): keys every query may see (ETC global tokens), shared across the batch.
+    Returns (B, H, R, Q, Dh).
+    """
+    s = torch.einsum("bhrqd,bhrkd->bhrqk", q, k) * scale
+    s = s.masked_fill(~allowed, torch.finfo(s.dtype).min)
+    if extra_k is None:
+        return torch.einsum("bhrqk,bhrkd->bhrqd", torch.softmax(s, dim=-1), v)
+    e = extra_k.shape[1]
+    se = torch.einsum("bhrqd,hed->bhrqe", q, extra_k.to(q.dtype)) * scale
+    p = torch.softmax(torch.cat([se, s], dim=-1), dim=-1)
+    return torch.einsum("bhrqe,hed->bhrqd", p[..., :e], extra_v.to(v.dtype)) + torch.einsum(
+        "bhrqk,bhrkd->bhrqd", p[..., e:], v
+    )
+
+
+def _gather_blocks(t: torch.Tensor, index: torch.Tensor, block_size: int) -> torch.Tensor:
+    """t (B, H, nb*bs, Dh), index (R, K) -> (B, H, R, K*bs, Dh)."""
+    b, h, length, d = t.shape
+    tb = t.view(b, h, length // block_size, block_size, d)
+    r, kk = index.shape
+    return tb[:, :, index].reshape(b, h, r, kk * block_size, d)
+
+
+def blocksparse_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    plan: BlockSparsePlan,
+    *,
+    key_padding_mask: torch.Tensor | None = None,
+    extra_k: torch.Tensor | None = None,
+    extra_v: torch.Tensor | None = None,
+    scale: float | None = None,
+) -> torch.Tensor:
+    """Attention restricted to the plan. q, k, v (B, H, nb*bs, Dh); key_padding_mask (B, nb*bs) True at
+    padding. Returns (B, H, nb*bs, Dh). No attention dropout (the official sparse path has none)."""
+    b, h, length, d = q.shape
+    bs, nb = plan.block_size, plan.num_blocks
+    if length != nb * bs:
+        raise ValueError(f"sequence of {length} positions does not match a plan of {nb} blocks of {bs}")
+    scale = d**-0.5 if scale is None else scale
+    dev = q.device
+    out = q.new_zeros(b, h, nb, bs, d)
+    qb = q.view(b, h, nb, bs, d)
+    offs = torch.arange(bs, device=dev)
+
+    rows = plan.row_blocks
+    if rows.numel():
+        idx = plan.key_blocks
+        r, kk = idx.shape
+        allowed = plan.key_valid[:, None, :, None].expand(r, 1, kk, bs).reshape(r, 1, kk * bs)
+        if plan.causal:
+            q_pos = (rows[:, None] * bs + offs)[:, :, None]  # (R, bs, 1)
+            k_pos = (idx[:, :, None] * bs + offs).reshape(r, 1, kk * bs)
+            allowed = allowed & (k_pos <= q_pos)
+        allowed = allowed[None, None]  # (1, 1, R, bs|1, K*bs)
+        if key_padding_mask is not None:
+            pad = key_padding_mask.view(b, nb, bs)[:, idx].reshape(b, r, kk * bs)
+            allowed = allowed & ~pad[:, None, :, None, :]
+        o = attend_gathered(
+            qb[:, :, rows], _gather_blocks(k, idx, bs), _gather_blocks(v, idx, bs), allowed, scale,
+            extra_k, extra_v,
+        )
+        out = out.index_copy(2, rows, o)
+
+    dense = plan.dense_rows
+    if dense.numel():
+        g = dense.numel()
+        qd = qb[:, :, dense].reshape(b, h, 1, g * bs, d)
+        allowed = torch.ones(1, 1, 1, 1, length, dtype=torch.bool, device=dev)
+        if plan.causal:
+            q_pos = (dense[:, None] * bs + offs).reshape(g * bs, 1)
+            allowed = allowed & (torch.arange(length, device=dev) <= q_pos)
+        if key_padding_mask is not None:
+            allowed = allowed & ~key_padding_mask[:, None, None, None, :]
+        o = attend_gathered(qd, k[:, :, None], v[:, :, None], allowed, scale, extra_k, extra_v)
+        out = out.index_copy(2, dense, o.view(b, h, g, bs, d))
+    return out.view(b, h, length, d)
+
+
+def blocksparse_attention_at(
+    q: torch.Tensor,
+    positions: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    plan: BlockSparsePlan,
+    *,
+    key_padding_mask: torch.Tensor | None = None,
+    extra_k: torch.Tensor | None = None,
+    extra_v: torch.Tensor | None = None,
+    scale: float | None = None,
+) -> torch.Tensor:
+    """Queries at given absolute positions attend as their block's plan row says (incremental decoding).
+
+    q (B, H, n, Dh) at ``positions`` (n,); k, v (B, H, nb*bs, Dh) hold every key so far, padded to the
+    plan's blocks, with the block padding marked in ``key_padding_mask``. Every query block must be a
+    sparse row of the plan (true for causal plans, whose global rows only see the leading globals).
+    Returns (B, H, n, Dh).
+    """
+    b, h, n, d = q.shape
+    bs = plan.block_size
+    scale = d**-0.5 if scale is None else scale
+    dev = q.device
+    row_of_block = torch.full((plan.num_blocks,), -1, dtype=torch.long, device=dev)
+    row_of_block[plan.row_blocks] = torch.arange(plan.row_blocks.numel(), device=dev)
+    rows = row_of_block[positions // bs]
+    if bool((rows < 0).any()):
+        raise ValueError("a query position falls in a dense row of the plan; decode with a causal plan")
+    idx = plan.key_blocks[rows]  # (n, K)
+    kk = idx.shape[1]
+    offs = torch.arange(bs, device=dev)
+    allowed = plan.key_valid[rows][:, :, None].expand(n, kk, bs).reshape(n, 1, kk * bs)
+    if plan.causal:
+        k_pos = (idx[:, :, None] * bs + offs).reshape(n, 1, kk * bs)
+        allowed = allowed & (k_pos <= positions[:, None, None])
+    allowed = allowed[None, None]
+    if key_padding_mask is not None:
+        pad = key_padding_mask.view(b, plan.num_blocks, bs)[:, idx].reshape(b, n, kk * bs)
+        allowed = allowed & ~pad[:, None, :, None, :]
+    o = attend_gathered(
+        q[:, :, :, None], _gather_blocks(k, idx, bs), _gather_blocks(v, idx, bs), allowed, scale,
+        extra_k, extra_v,
+    )
+    return o[:, :, :, 0]

@@ -1,0 +1,77 @@
+"""QKNorm (Henry et al. 2020, "Query-Key Normalization for Transformers")."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from attnlab.attention.base import AttentionError, Capabilities
+from attnlab.attention.registry import register_attention
+from attnlab.attention.vanilla import DotProductAttention
+
+
+def g0_from_length(length: float) -> float:
+    """g0 = log2(L^2 - L) (QKNorm eq. 4 discussion): the initial scale for sequences of length L."""
+    if length <= 1:
+        raise AttentionError(f"qknorm: g0 = log2(L^2 - L) needs L > 1, got L={length}")
+    return math.log2(length * length - length)
+
+
+def qknorm_g0(lengths: Sequence[int | float]) -> float:
+    """g0 from training sequence lengths: L is their 97.5th percentile (numpy's linear interpolation)."""
+    if len(lengths) == 0:
+        raise AttentionError("qknorm: cannot compute g0 from an empty list of training lengths")
+    return g0_from_length(float(np.percentile(np.asarray(lengths, dtype=np.float64), 97.5)))
+
+
+@dataclass
+class QKNormOptions:
+    g0: float | None = None
+    train_length_p975: float | None = None
+    bias: bool = True
+
+
+@register_attention("qknorm", options=QKNormOptions, summary="QK-normalised attention, learnable scale g")
+class QKNormAttention(DotProductAttention):
+    """softmax(g * q_hat k_hat^T) V with q_hat, k_hat unit vectors per head (Henry et al. 2020).
+
+    Decisions (SEMANTICS 23-26):
+    - q and k are L2-normalised per head along head_dim, after projection and (for decoding) after the
+      cache, so cached keys are stored unnormalised and normalised at use: same result, one code path.
+    - One learnable scalar ``g`` per module, shared by all heads; there is no 1/sqrt(d_h).
+    - g0 = log2(L^2 - L) with L the 97.5th percentile of training lengths (``train_length_p975``, filled
+      by the model builder from the task's data; ``qknorm_g0`` computes it). An explicit ``g0`` wins;
+      without either, L = max_len; without max_len the builder refuses.
+    - The fused kernel (SDPA) would multiply by 1/sqrt(d_h) by default: ``g`` is folded into q and SDPA
+      is called with scale=1 (``DotProductAttention.attend``), which keeps g in the autograd graph.
+    - Fixed-scale and RMSNorm-with-1/sqrt(d) variants are not QKNorm and are not offered under this name.
+    Self-attention (causal or not), cross-attention and incremental decoding all go through the same
+    normalisation, as in the paper.
+    """
+
+    capabilities = Capabilities(causal=True, cross=True, incremental=True, bounded_length=False)
+
+    def __init__(self, d_model, num_heads, *, options: QKNormOptions, **kw) -> None:
+        super().__init__(d_model, num_heads, options=options, **kw)
+        if options.g0 is not None:
+            g0 = float(options.g0)
+        else:
+            length = options.train_length_p975 if options.train_length_p975 is not None else self.max_len
+            if length is None:
+                raise AttentionError(
+                    "qknorm needs g0, train_length_p975 or max_len to initialise g = log2(L^2 - L)"
+                )
+            g0 = g0_from_length(float(length))
+        self.g = nn.Parameter(torch.tensor(g0))
+
+    def prepare_qk(self, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return F.normalize(q, dim=-1), F.normalize(k, dim=-1)
+
+    def scale(self) -> torch.Tensor:
+        return self.g

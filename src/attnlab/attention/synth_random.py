@@ -1,0 +1,68 @@
+"""Random synthesizers (Tay et al. 2020, eq. 3 and 7): input-independent attention per head."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from attnlab.attention.registry import register_attention
+from attnlab.attention.synthesizer_common import (
+    FactorizedRandomOptions,
+    FixedRandomOptions,
+    SynthesizerAttention,
+    SynthOptions,
+)
+
+
+@dataclass
+class SynthRandomOptions(SynthOptions):
+    pass
+
+
+@register_attention("synth_random", options=SynthRandomOptions, summary="Random synthesizer: trainable R")
+class SynthRandomAttention(SynthesizerAttention):
+    """Random synthesizer: softmax(R) G(X) with R an ``nn.Parameter`` of shape (H, l_max, l_max).
+
+    Only the value and output projections besides R (Table 1: l^2 per head). Decoding reads the row of
+    the current absolute position. Shared decisions: ``SynthesizerAttention``.
+    """
+
+    component_names = ("random",)
+
+
+@dataclass
+class SynthFixedRandomOptions(FixedRandomOptions):
+    pass
+
+
+@register_attention(
+    "synth_fixed_random", options=SynthFixedRandomOptions,
+    summary="Fixed random synthesizer: seeded, frozen R",
+)
+class SynthFixedRandomAttention(SynthesizerAttention):
+    """Fixed random synthesizer: R drawn from N(0, 1) with ``seed`` and kept as a persistent buffer.
+
+    R is saved in the state dict (a checkpoint restores the exact matrix) and never receives gradient;
+    the same seed gives the same R on every machine (CPU generator). Shared decisions:
+    ``SynthesizerAttention``.
+    """
+
+    component_names = ("fixed_random",)
+
+
+@dataclass
+class SynthFactorizedRandomOptions(FactorizedRandomOptions):
+    pass
+
+
+@register_attention(
+    "synth_factorized_random", options=SynthFactorizedRandomOptions,
+    summary="Factorized random synthesizer: softmax(R1 R2^T)",
+)
+class SynthFactorizedRandomAttention(SynthesizerAttention):
+    """Factorized random synthesizer (eq. 7): softmax(R1 R2^T) G(X), R1, R2 in R^{l_max x k} per head.
+
+    Input independent (not a low-rank QK^T); k = ``rank`` = 8 as in the paper. Shared decisions:
+    ``SynthesizerAttention``.
+    """
+
+    component_names = ("factorized_random",)

@@ -1,0 +1,75 @@
+"""What every CLI shares: composing and checking a config up front, and one-line failures."""
+
+from __future__ import annotations
+
+import re
+import sys
+
+from omegaconf import DictConfig
+
+# Arguments that make Hydra do something other than one plain run (help, info, multirun, shell
+# completion): preflight leaves those to Hydra.
+HYDRA_FLAGS = ("--help", "-h", "--hydra-help", "--info", "-i", "--cfg", "-c", "--resolve", "--package", "-p",
+               "--multirun", "-m", "--shell-completion", "-sc", "--config-path", "-cp", "--config-name", "-cn",
+               "--config-dir", "-cd", "--version", "--run", "-r")
+
+
+def user_errors() -> tuple[type[BaseException], ...]:
+    """Exceptions that mean bad input (config, data, checkpoint), reported as one line."""
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    from attnlab.attention import AttentionError
+    from attnlab.tasks import DataError
+    from attnlab.training.config import ConfigError
+
+    return (ConfigError, DataError, AttentionError, HydraException, OmegaConfBaseException, FileNotFoundError)
+
+
+def one_line(exc: BaseException) -> str:
+    """A single line for users, rewritten from Hydra's multi-line messages where they are known."""
+    text = str(exc).strip()
+    missing = re.search(r"Could not find '([^']+)'", text)
+    if missing:
+        options = re.findall(r"^\t(\S+)$", text, flags=re.M)
+        group = missing.group(1).rsplit("/", 1)[0]
+        valid = ", ".join(options) if options else "see conf/" + group
+        return f"unknown option '{missing.group(1)}'; valid options of {group}: {valid}"
+    struct = re.search(r"Could not override '([^']+)'.*?Key '([^']+)' is not in struct", text, flags=re.S)
+    if struct:
+        key = struct.group(1)
+        parent = key.rsplit(".", 1)[0] if "." in key else "the root config"
+        return f"unknown key '{key}' (misspelled?); see the keys of {parent} with: attnlab-train --cfg job"
+    if "Key '" in text and "not in struct" in text:
+        return text.splitlines()[0] + " (misspelled key?)"
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    return lines[0] if lines else exc.__class__.__name__
+
+
+def fail(message: str, code: int = 2) -> None:
+    prog = sys.argv[0].rsplit("/", 1)[-1] if sys.argv and sys.argv[0] else "attnlab"
+    if prog.endswith(".py") or prog in ("-m", "-c", "__main__.py"):
+        prog = "attnlab"
+    print(f"{prog}: error: {message}", file=sys.stderr)
+    raise SystemExit(code)
+
+
+def compose(config_name: str, overrides: list[str]) -> DictConfig:
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_module
+    from hydra.core.global_hydra import GlobalHydra
+
+    GlobalHydra.instance().clear()
+    with initialize_config_module(config_module="attnlab.conf", version_base="1.3"):
+        return hydra_compose(config_name=config_name, overrides=overrides)
+
+
+def compose_checked(config_name: str, overrides: list[str]) -> DictConfig:
+    """Compose, apply the scale and validate, as the run will; raises the user errors above."""
+    from attnlab.training.config import validate
+    from attnlab.training.run import apply_scale
+
+    cfg = compose(config_name, overrides)
+    apply_scale(cfg, overrides)
+    validate(cfg)
+    return cfg

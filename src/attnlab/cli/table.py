@@ -1,0 +1,263 @@
+"""``attnlab-table``: build paper-vs-ours tables from run records (or wandb runs).
+
+    attnlab-table table=demo/copy runs=runs/ out=results/
+    attnlab-table table=all                       # every experiments/<paper>/<table>.yaml
+    attnlab-table table=summary runs=runs/demo    # print every record found
+    attnlab-table table=synthesizer/table2 source=wandb entity=me project=attnlab
+
+A thin ``@hydra.main`` over :func:`build_tables`, which tests call directly. Errors the user can fix
+(corrupt record, unknown spec, unreachable wandb) are one line on stderr, exit code 2, nothing written.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import hydra
+from omegaconf import DictConfig, OmegaConf
+
+from attnlab.results.paper import PaperTablesError, default_experiments_dir, load_paper_tables
+from attnlab.results.record import RecordError, config_hash, sanitize_record, validate_record
+from attnlab.results.table import (
+    Corrupt,
+    Loaded,
+    SpecError,
+    TableError,
+    build_table,
+    corrupt_hint,
+    list_specs,
+    load_records,
+    load_spec,
+    render_all,
+    render_markdown,
+    render_summary,
+    write_files_atomically,
+)
+
+EXIT_USER_ERROR = 2
+
+
+def _as_list(value: Any) -> list[str]:
+    if value is None:
+        return []
+    if isinstance(value, (list, tuple)):
+        return [str(v) for v in value]
+    return [str(value)]
+
+
+def build_tables(cfg: Mapping[str, Any] | DictConfig) -> list[Path]:
+    """Build the tables ``cfg`` asks for and return the files written (none for ``table=summary``).
+
+    Everything is read and rendered in memory first and written only at the end, all files of a call
+    renamed into place together, so an error leaves ``out`` as it was.
+    """
+    if isinstance(cfg, DictConfig):
+        cfg = OmegaConf.to_container(cfg, resolve=True)
+    cfg = dict(cfg)
+    source = cfg.get("source", "local")
+    if source not in ("local", "wandb"):
+        raise TableError(f"source must be local or wandb, got {source!r}")
+    exp_dir = Path(cfg.get("experiments_dir") or default_experiments_dir())
+    table = str(cfg.get("table", "all"))
+
+    if table == "summary":
+        specs = []
+    elif table == "all":
+        specs = [load_spec(name, exp_dir) for name in list_specs(exp_dir)]
+        if not specs:
+            raise TableError(f"no table specs under {exp_dir} (expected experiments/<paper>/<table>.yaml)")
+    else:
+        specs = [load_spec(table, exp_dir)]
+
+    skip = bool(cfg.get("skip_corrupt", False))
+    if source == "local":
+        roots = _as_list(cfg.get("runs", "runs/"))
+        records, corrupt = load_records(roots, skip_corrupt=skip)
+        if not records and not corrupt:
+            print(
+                f"attnlab-table: no results.json under {', '.join(roots)}; every cell will be missing",
+                file=sys.stderr,
+            )
+    else:
+        records, corrupt = wandb_records(cfg.get("entity"), cfg.get("project"), skip_corrupt=skip)
+
+    if table == "summary":
+        sys.stdout.write(render_summary(records, corrupt))
+        return []
+
+    papers = load_paper_tables(cfg.get("paper_tables"), experiments_dir=exp_dir)
+    if not papers.found:
+        print("attnlab-table: paper_tables.yaml not found; paper cells show n/a", file=sys.stderr)
+    files: dict[Path, bytes] = {}
+    built_all = []
+    for spec in specs:
+        built = build_table(spec, records, papers, corrupt)
+        built_all.append(built)
+        files.update(render_all(built, cfg.get("out") or "results/", plot=bool(cfg.get("plot", True))))
+    written = write_files_atomically(files)
+    for built in built_all:
+        if cfg.get("print"):
+            sys.stdout.write(render_markdown(built) + "\n")
+    for path in written:
+        print(f"wrote {path}")
+    return written
+
+
+# ----------------------------------------------------------------------------------------------------------
+# wandb source (this floor may import wandb; results/ may not)
+
+_STATE = {
+    "finished": "completed",
+    "running": "running",
+    "failed": "failed",
+    "crashed": "failed",
+    "killed": "failed",
+}
+
+
+def _first(mapping: Mapping[str, Any], *paths: str) -> Any:
+    for dotted in paths:
+        node: Any = mapping
+        for part in dotted.split("."):
+            node = node.get(part) if isinstance(node, Mapping) else None
+        if node is not None:
+            return node
+    return None
+
+
+def record_from_wandb(summary: Mapping, config: Mapping, state: str, run_id: str, url: str) -> dict[str, Any]:
+    """The run-record shape from a wandb run's summary and config (the resolved Hydra config).
+
+    A run that logged its whole record (summary key ``attnlab/record``) is taken as is; otherwise the
+    fields are read from the config groups and the slash-named metrics of the summary.
+    """
+    logged = summary.get("attnlab/record")
+    if isinstance(logged, Mapping):
+        return sanitize_record({**logged, "wandb_run_id": run_id})
+    final = {
+        k: v
+        for k, v in summary.items()
+        if "/" in k
+        and not k.startswith(("_", "model/params/"))  # params go to their own field
+        and isinstance(v, (int, float))
+        and not isinstance(v, bool)
+    }
+    status = _STATE.get(state, "failed")
+    plain_config = {k: v for k, v in config.items() if not k.startswith("_")}
+    record = {
+        "schema_version": 1,
+        "status": status,
+        "error": None if status != "failed" else f"wandb run state {state}",
+        "experiment": _first(config, "experiment_name", "experiment.name"),
+        "row": _first(config, "row", "experiment.row"),
+        "task": _first(config, "task.name") or "unknown",
+        "model": {
+            "name": _first(config, "model.name") or "unknown",
+            "attention": _first(config, "model.attention.name") or "unknown",
+            "recurrence": _first(config, "model.recurrence.name") or "unknown",
+        },
+        "seed": _first(config, "seed") if isinstance(_first(config, "seed"), int) else -1,
+        "scale": _first(config, "scale.name") or "cpu",
+        "config_hash": summary.get("config_hash") or config_hash(plain_config),
+        "git": {"commit": _first(config, "git.commit"), "dirty": _first(config, "git.dirty")},
+        "hardware": {
+            "name": _first(config, "hardware.name") or "unknown",
+            "accelerator": _first(config, "hardware.accelerator", "trainer.accelerator") or "unknown",
+            "devices": _first(config, "hardware.devices", "trainer.devices") or 1,
+            "num_nodes": _first(config, "hardware.num_nodes", "trainer.num_nodes") or 1,
+            "precision": _first(config, "hardware.precision", "trainer.precision") or "32-true",
+        },
+        "metrics": {"final": final, "best": {}},
+        "params": {
+            "total": summary.get("model/params/total"),
+            "trainable": summary.get("model/params/trainable"),
+        },
+        "cost": {
+            "wall_s": summary.get("_runtime"),
+            "tokens_per_s": summary.get("perf/tokens_per_s"),
+            "peak_mem_mb": summary.get("perf/peak_mem_mb"),
+        },
+        "metric_flavours": {},
+        "wandb_run_id": run_id,
+        "run_dir": url,
+        "command": f"(wandb run {url})",
+        "created": summary.get("created") or "1970-01-01T00:00:00",
+        "versions": {},
+    }
+    return sanitize_record(record)
+
+
+def wandb_records(
+    entity: Any, project: Any, skip_corrupt: bool = False
+) -> tuple[list[Loaded], list[Corrupt]]:
+    if not entity or not project:
+        raise TableError("source=wandb needs entity=<wandb entity> project=<wandb project>")
+    try:
+        import wandb
+    except ImportError as exc:
+        raise TableError("source=wandb needs the wandb package (pip install wandb)") from exc
+    try:
+        api = wandb.Api(timeout=30)
+        runs = list(api.runs(f"{entity}/{project}"))
+    except Exception as exc:  # wandb raises many kinds (network, auth, 404); all mean the same to the user
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise TableError(
+            f"cannot read wandb runs of {entity}/{project} ({first[:200]}); check the network and "
+            "WANDB_API_KEY, or use source=local with the run folders"
+        ) from exc
+    loaded, corrupt = [], []
+    for run in runs:
+        where = Path(f"wandb:{entity}/{project}/{run.id}")
+        data = record_from_wandb(dict(run.summary), dict(run.config), run.state, run.id, run.url)
+        problems = validate_record(data)
+        if problems:
+            msg = f"{where}: does not map to a run record: {'; '.join(problems[:3])}"
+            if not skip_corrupt:
+                raise TableError(corrupt_hint(msg))
+            corrupt.append(Corrupt(where, msg, data))
+        else:
+            loaded.append(Loaded(where, data))
+    return loaded, corrupt
+
+
+# ----------------------------------------------------------------------------------------------------------
+
+
+@hydra.main(config_path="pkg://attnlab.conf", config_name="table", version_base="1.3")
+def _hydra_main(cfg: DictConfig) -> None:
+    try:
+        build_tables(cfg)
+    except (TableError, SpecError, PaperTablesError, RecordError) as exc:
+        _fail(str(exc))
+
+
+def _fail(message: str) -> None:
+    print(f"attnlab-table: error: {message}", file=sys.stderr)
+    raise SystemExit(EXIT_USER_ERROR)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Console script ``attnlab-table``."""
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    from attnlab.cli.common import HYDRA_FLAGS, compose, one_line
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    # Compose once up front so a misspelled key is one line and exit 2, as in attnlab-train.
+    if not any(a in HYDRA_FLAGS or a.startswith(tuple(f + "=" for f in HYDRA_FLAGS)) for a in argv):
+        try:
+            compose("table", argv)
+        except (HydraException, OmegaConfBaseException) as exc:
+            # Hydra puts "Key 'x' is not in struct" in the cause; one_line needs both to name the key.
+            full = Exception(f"{exc}\n{exc.__cause__ or ''}")
+            _fail(one_line(full).replace("attnlab-train --cfg job", "attnlab-table --cfg job"))
+    sys.argv = [sys.argv[0], *argv]
+    _hydra_main()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,120 @@
+"""Autoregressive search with incremental caches.
+
+The model contract is ``EncoderDecoder``'s: ``encode(src) -> (memory, memory_padding, aux)`` and
+``decode(tgt_in, memory, memory_padding, cache=dict) -> (logits, aux)``, where the cache carries every
+layer's keys and values so each step costs one position, not the whole prefix.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from attnlab.attention import reorder_cache
+
+
+def gnmt_length_penalty(length: torch.Tensor | float, alpha: float) -> torch.Tensor | float:
+    """((5 + L) / 6) ** alpha (Wu et al. 2016), as T2T, Mesh and QKNorm used for their MT numbers."""
+    return ((5.0 + length) / 6.0) ** alpha
+
+
+@torch.no_grad()
+def greedy_decode(model, src: torch.Tensor, *, bos_id: int, eos_id: int, max_len: int, use_cache: bool = True):
+    """Greedy decoding; returns (batch, <= max_len) ids, EOS included where produced, padded with EOS."""
+    memory, memory_padding, _ = model.encode(src)
+    batch = src.shape[0]
+    out = torch.full((batch, 1), bos_id, dtype=torch.long, device=src.device)
+    finished = torch.zeros(batch, dtype=torch.bool, device=src.device)
+    cache: dict | None = {} if use_cache else None
+    for _ in range(max_len):
+        step_in = out[:, -1:] if use_cache else out
+        logits, _ = model.decode(step_in, memory, memory_padding, cache=cache)
+        nxt = logits[:, -1].argmax(-1)
+        nxt = torch.where(finished, torch.full_like(nxt, eos_id), nxt)
+        out = torch.cat([out, nxt.unsqueeze(1)], dim=1)
+        finished |= nxt.eq(eos_id)
+        if bool(finished.all()):
+            break
+    return out[:, 1:]
+
+
+@torch.no_grad()
+def beam_search(
+    model,
+    src: torch.Tensor,
+    *,
+    bos_id: int,
+    eos_id: int,
+    max_len: int,
+    beam_size: int = 4,
+    alpha: float = 0.6,
+    use_cache: bool = True,
+):
+    """Beam search with the GNMT length penalty; returns the best hypothesis per source, (batch, <= max_len).
+
+    Finished hypotheses are kept aside with score log p / lp(length); search stops when every source has
+    ``beam_size`` finished hypotheses that no live beam can beat (the penalty only grows with length
+    for alpha >= 0, so a live beam's best possible final score is its current log p / lp(max_len)).
+    """
+    batch, device = src.shape[0], src.device
+    memory, memory_padding, _ = model.encode(src)
+    k = beam_size
+    memory = memory.repeat_interleave(k, dim=0)
+    memory_padding = memory_padding.repeat_interleave(k, dim=0)
+    tokens = torch.full((batch * k, 1), bos_id, dtype=torch.long, device=device)
+    scores = torch.zeros(batch, k, device=device)
+    scores[:, 1:] = float("-inf")  # all beams start identical: keep one alive at step 0
+    finished: list[list[tuple[float, list[int]]]] = [[] for _ in range(batch)]
+    cache: dict | None = {} if use_cache else None
+    for step in range(1, max_len + 1):
+        step_in = tokens[:, -1:] if use_cache else tokens
+        logits, _ = model.decode(step_in, memory, memory_padding, cache=cache)
+        logp = logits[:, -1].float().log_softmax(-1)
+        vocab = logp.shape[-1]
+        cand = (scores.view(-1, 1) + logp).view(batch, k * vocab)
+        top_scores, top_idx = cand.topk(2 * k, dim=-1)
+        beam_idx, tok_idx = top_idx // vocab, top_idx % vocab
+        new_scores = torch.full((batch, k), float("-inf"), device=device)
+        new_src = torch.zeros(batch, k, dtype=torch.long, device=device)
+        new_tok = torch.full((batch, k), eos_id, dtype=torch.long, device=device)
+        lp = gnmt_length_penalty(float(step), alpha)
+        for b in range(batch):
+            filled = 0
+            for j in range(2 * k):
+                s = float(top_scores[b, j])
+                if s == float("-inf"):
+                    break
+                src_beam = int(beam_idx[b, j])
+                if int(tok_idx[b, j]) == eos_id:
+                    if len(finished[b]) < k or s / lp > min(f[0] for f in finished[b]):
+                        hyp = tokens[b * k + src_beam, 1:].tolist()
+                        finished[b].append((s / lp, hyp))
+                        finished[b].sort(key=lambda f: -f[0])
+                        del finished[b][k:]
+                    continue
+                if filled < k:
+                    new_scores[b, filled] = s
+                    new_src[b, filled] = src_beam
+                    new_tok[b, filled] = tok_idx[b, j]
+                    filled += 1
+        flat_src = (new_src + torch.arange(batch, device=device).unsqueeze(1) * k).view(-1)
+        tokens = torch.cat([tokens.index_select(0, flat_src), new_tok.view(-1, 1)], dim=1)
+        scores = new_scores
+        if cache is not None:
+            reorder_cache(cache, flat_src)
+        best_possible = scores.max(dim=1).values / gnmt_length_penalty(float(max_len), alpha)
+        if all(
+            len(finished[b]) >= k and float(best_possible[b]) <= finished[b][-1][0] for b in range(batch)
+        ):
+            break
+    results = []
+    for b in range(batch):
+        if finished[b]:
+            results.append(finished[b][0][1] + [eos_id])
+        else:  # nothing finished within max_len: take the best live beam
+            best = int(scores[b].argmax())
+            results.append(tokens[b * k + best, 1:].tolist())
+    width = max(len(r) for r in results)
+    out = torch.full((batch, width), eos_id, dtype=torch.long, device=device)
+    for b, r in enumerate(results):
+        out[b, : len(r)] = torch.tensor(r, dtype=torch.long)
+    return out

@@ -1,0 +1,63 @@
+"""Character (symbol) and sequence accuracy of decoded outputs, as the UT paper reports for algorithmic tasks."""
+
+from __future__ import annotations
+
+import torch
+from torchmetrics import Metric
+
+
+def strip_after_eos(ids: list[int], eos_id: int) -> list[int]:
+    return ids[: ids.index(eos_id)] if eos_id in ids else ids
+
+
+class SequenceAccuracy(Metric):
+    """``char_acc``: target symbols right at their position (a short output counts the missing symbols
+    wrong); ``seq_acc``: outputs exactly equal to their target. Counts are summed across ranks by
+    torchmetrics, so the distributed value is exact.
+    """
+
+    full_state_update = False
+
+    def __init__(self, eos_id: int, pad_id: int) -> None:
+        super().__init__()
+        self.eos_id, self.pad_id = eos_id, pad_id
+        for name in ("correct_symbols", "total_symbols", "correct_seqs", "total_seqs"):
+            self.add_state(name, default=torch.tensor(0, dtype=torch.long), dist_reduce_fx="sum")
+
+    def update(self, predictions: torch.Tensor, targets: torch.Tensor) -> None:
+        cs = ts = cq = 0
+        for pred_row, tgt_row in zip(predictions.tolist(), targets.tolist()):
+            pred = strip_after_eos(pred_row, self.eos_id)
+            tgt = strip_after_eos([t for t in tgt_row if t != self.pad_id], self.eos_id)
+            cs += sum(1 for i, t in enumerate(tgt) if i < len(pred) and pred[i] == t)
+            ts += len(tgt)
+            cq += int(pred == tgt)
+        self.correct_symbols += cs
+        self.total_symbols += ts
+        self.correct_seqs += cq
+        self.total_seqs += len(targets)
+
+    def compute(self) -> dict[str, torch.Tensor]:
+        return {
+            "char_acc": self.correct_symbols.double() / self.total_symbols.clamp_min(1),
+            "seq_acc": self.correct_seqs.double() / self.total_seqs.clamp_min(1),
+        }
+
+
+class Perplexity(Metric):
+    """exp(sum NLL / tokens) over non-padding targets, natural log; summed across ranks."""
+
+    full_state_update = False
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.add_state("nll_sum", default=torch.tensor(0.0, dtype=torch.float64), dist_reduce_fx="sum")
+        self.add_state("tokens", default=torch.tensor(0, dtype=torch.long), dist_reduce_fx="sum")
+
+    def update(self, nll_sum: torch.Tensor, tokens: torch.Tensor | int) -> None:
+        self.nll_sum += nll_sum.detach().double()
+        self.tokens += int(tokens)
+
+    def compute(self) -> dict[str, torch.Tensor]:
+        mean = self.nll_sum / self.tokens.clamp_min(1)
+        return {"nll": mean, "ppl": torch.exp(mean)}

@@ -1,0 +1,67 @@
+"""The task contract and the task-family registry."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch.utils.data import Dataset
+
+
+class DataError(ValueError):
+    """Missing, corrupt or unreachable data; the message is one line that says how to fix it."""
+
+
+@dataclass
+class TaskData:
+    """What a task hands to training: datasets per split, how to batch them and how to score them.
+
+    kind: ``seq2seq`` (src -> tgt), ``lm`` (next token) or ``classification``.
+    eval_splits: evaluation splits after training, as {metric prefix: split name}; the first is ``test``.
+    metric_flavours: how each reported metric is computed (e.g. greedy decoding, perplexity unit).
+    """
+
+    kind: str
+    datasets: dict[str, Dataset]
+    collate: Callable[[list[Any]], dict[str, torch.Tensor]]
+    vocab_size: int
+    pad_id: int
+    max_len: int
+    bos_id: int = 1
+    eos_id: int = 2
+    src_vocab_size: int | None = None
+    num_classes: int | None = None
+    eval_splits: dict[str, str] = field(default_factory=lambda: {"test": "test"})
+    metric_flavours: dict[str, str] = field(default_factory=dict)
+    train_lengths: list[int] = field(default_factory=list)
+    detokenize: Callable[[list[int]], str] | None = None
+    description: str = ""
+
+
+_FAMILIES: dict[str, Callable[[dict[str, Any], int], TaskData]] = {}
+
+
+def register_task_family(loader: str):
+    """Register a function ``(task_cfg: dict, seed: int) -> TaskData`` under ``task.loader``."""
+
+    def wrap(fn):
+        if loader in _FAMILIES:
+            raise ValueError(f"task loader {loader!r} registered twice")
+        _FAMILIES[loader] = fn
+        return fn
+
+    return wrap
+
+
+def _load_families() -> None:
+    from attnlab.tasks import algorithmic, listops, text_lm  # noqa: F401  (register)
+
+
+def build_task(task_cfg: dict[str, Any], seed: int) -> TaskData:
+    _load_families()
+    loader = task_cfg["loader"]
+    if loader not in _FAMILIES:
+        raise DataError(f"unknown task loader {loader!r}; valid: {', '.join(sorted(_FAMILIES))}")
+    return _FAMILIES[loader](task_cfg, seed)

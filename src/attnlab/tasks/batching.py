@@ -1,0 +1,80 @@
+"""Datasets of token-id sequences and their collate functions (right padding, BOS/EOS framing)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch.utils.data import Dataset
+
+
+class PairDataset(Dataset):
+    """(source ids, target ids) pairs for sequence-to-sequence tasks."""
+
+    def __init__(self, pairs: Sequence[tuple[list[int], list[int]]]) -> None:
+        self.pairs = list(pairs)
+
+    def __len__(self) -> int:
+        return len(self.pairs)
+
+    def __getitem__(self, i: int):
+        return self.pairs[i]
+
+
+class LabelledDataset(Dataset):
+    """(ids, label) examples for classification."""
+
+    def __init__(self, examples: Sequence[tuple[list[int], int]]) -> None:
+        self.examples = list(examples)
+
+    def __len__(self) -> int:
+        return len(self.examples)
+
+    def __getitem__(self, i: int):
+        return self.examples[i]
+
+
+def pad_batch(seqs: Sequence[Sequence[int]], pad_id: int) -> torch.Tensor:
+    width = max(len(s) for s in seqs)
+    out = torch.full((len(seqs), width), pad_id, dtype=torch.long)
+    for i, s in enumerate(seqs):
+        out[i, : len(s)] = torch.as_tensor(s, dtype=torch.long)
+    return out
+
+
+class Seq2SeqCollate:
+    """src padded; tgt_in = <s> + target; tgt_out = target + </s> (teacher forcing)."""
+
+    def __init__(self, pad_id: int, bos_id: int, eos_id: int, *, src_eos: bool = True) -> None:
+        self.pad_id, self.bos_id, self.eos_id, self.src_eos = pad_id, bos_id, eos_id, src_eos
+
+    def __call__(self, batch):
+        src = [list(s) + ([self.eos_id] if self.src_eos else []) for s, _ in batch]
+        tgt = [list(t) for _, t in batch]
+        return {
+            "src": pad_batch(src, self.pad_id),
+            "tgt_in": pad_batch([[self.bos_id, *t] for t in tgt], self.pad_id),
+            "tgt_out": pad_batch([[*t, self.eos_id] for t in tgt], self.pad_id),
+        }
+
+
+class ClassificationCollate:
+    def __init__(self, pad_id: int) -> None:
+        self.pad_id = pad_id
+
+    def __call__(self, batch):
+        return {
+            "ids": pad_batch([ids for ids, _ in batch], self.pad_id),
+            "label": torch.tensor([label for _, label in batch]),
+        }
+
+
+class LMCollate:
+    """Blocks of a token stream: input = block[:-1], target = block[1:]."""
+
+    def __init__(self, pad_id: int) -> None:
+        self.pad_id = pad_id
+
+    def __call__(self, batch):
+        ids = pad_batch(batch, self.pad_id)
+        return {"ids": ids[:, :-1], "target": ids[:, 1:]}

@@ -1,0 +1,106 @@
+"""Callbacks: throughput, best-metric tracking and UT ponder statistics."""
+
+from __future__ import annotations
+
+import math
+import time
+
+import lightning as L
+import torch
+
+LOWER_IS_BETTER = ("loss", "ppl", "nll", "ponder", "error")
+
+
+def lower_is_better(metric: str) -> bool:
+    return any(tag in metric.rsplit("/", 1)[-1] for tag in LOWER_IS_BETTER)
+
+
+class Throughput(L.Callback):
+    """``perf/tokens_per_s`` (target tokens per second of training, this rank x world size) and
+    ``perf/step_s`` over the last ``log_every_n_steps`` optimizer steps."""
+
+    def __init__(self) -> None:
+        self._t0: float | None = None
+        self._tokens0 = 0
+        self.total_tokens = 0
+        self.train_seconds = 0.0
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        if self._t0 is None:
+            self._t0 = time.perf_counter()
+            self._tokens0 = pl_module._tokens_seen
+            self._step0 = trainer.global_step
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        steps = trainer.global_step - self._step0
+        if self._t0 is None or steps < max(trainer.log_every_n_steps, 1):
+            return
+        elapsed = time.perf_counter() - self._t0
+        tokens = (pl_module._tokens_seen - self._tokens0) * trainer.world_size
+        self.total_tokens += tokens
+        self.train_seconds += elapsed
+        pl_module.log("perf/tokens_per_s", tokens / max(elapsed, 1e-9), on_step=True, on_epoch=False)
+        pl_module.log("perf/step_s", elapsed / steps, on_step=True, on_epoch=False)
+        self._t0 = None
+
+    def on_validation_start(self, trainer, pl_module):
+        self._t0 = None  # do not count evaluation time as training time
+
+    def average_tokens_per_s(self) -> float | None:
+        return self.total_tokens / self.train_seconds if self.train_seconds > 0 else None
+
+
+class BestMetrics(L.Callback):
+    """Tracks the best value of every ``val/*`` metric (min for losses/perplexities, max otherwise)."""
+
+    def __init__(self) -> None:
+        self.best: dict[str, float] = {}
+
+    def on_validation_end(self, trainer, pl_module):
+        if trainer.sanity_checking:
+            return
+        for key, value in trainer.callback_metrics.items():
+            if not key.startswith("val/"):
+                continue
+            v = float(value)
+            if math.isnan(v):
+                continue
+            old = self.best.get(key)
+            if old is None or (v < old if lower_is_better(key) else v > old):
+                self.best[key] = v
+
+    def state_dict(self):
+        return {"best": dict(self.best)}
+
+    def load_state_dict(self, state_dict):
+        self.best = dict(state_dict.get("best", {}))
+
+
+class PonderStats(L.Callback):
+    """Logs the per-position ACT step counts of one fixed sample batch at every validation, so a notebook
+    can draw the paper's ponder-time heatmaps (``ponder/steps.jsonl`` in the run folder)."""
+
+    def __init__(self, out_dir: str, sample_size: int = 8) -> None:
+        self.out_dir, self.sample_size = out_dir, sample_size
+        self._sample = None
+
+    def on_validation_epoch_end(self, trainer, pl_module):
+        if trainer.sanity_checking or not trainer.is_global_zero:
+            return
+        if self._sample is None:
+            batch = next(iter(trainer.datamodule.val_dataloader()))
+            self._sample = {k: v[: self.sample_size] for k, v in batch.items()}
+        batch = {k: v.to(pl_module.device) for k, v in self._sample.items()}
+        with torch.no_grad():
+            _, aux, _ = pl_module.compute_loss(batch)
+        steps = {k: v for k, v in aux.items() if k.endswith("steps") and isinstance(v, torch.Tensor)}
+        if not steps:
+            return
+        import json
+        from pathlib import Path
+
+        path = Path(self.out_dir) / "ponder" / "steps.jsonl"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("a") as f:
+            f.write(json.dumps({"step": trainer.global_step,
+                                **{k: v.detach().cpu().tolist() for k, v in steps.items()}}) + "\n")

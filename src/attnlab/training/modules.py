@@ -1,0 +1,251 @@
+"""Lightning modules, one per task family: seq2seq, language modelling, classification.
+
+They hold only plain dicts as hyperparameters so checkpoints load with ``weights_only=True``.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import lightning as L
+import torch
+import torch.nn.functional as F
+
+from attnlab.decoding import beam_search, greedy_decode
+from attnlab.metrics import Perplexity, SequenceAccuracy
+from attnlab.models import DecoderLM, EncoderClassifier, EncoderDecoder
+from attnlab.training.schedules import lr_multiplier
+
+
+def count_parameters(model: torch.nn.Module) -> dict[str, int]:
+    params = {id(p): p for p in model.parameters()}.values()  # tied weights once
+    return {
+        "total": sum(p.numel() for p in params),
+        "trainable": sum(p.numel() for p in params if p.requires_grad),
+    }
+
+
+class TaskModule(L.LightningModule):
+    """Shared optimisation, aux-loss handling (ACT ponder terms) and logging."""
+
+    def __init__(self, model_cfg: dict[str, Any], optim_cfg: dict[str, Any], task_info: dict[str, Any],
+                 eval_cfg: dict[str, Any]) -> None:
+        super().__init__()
+        self.save_hyperparameters()
+        self.model_cfg, self.optim_cfg, self.task_info, self.eval_cfg = model_cfg, optim_cfg, task_info, eval_cfg
+        self.model = self.build_model()
+        self._tokens_seen = 0
+        self.eval_split_names: list[str] = list(task_info.get("eval_splits", {"test": "test"}))
+
+    # -- hooks for subclasses -----------------------------------------------------------------------
+    def build_model(self) -> torch.nn.Module:
+        raise NotImplementedError  # abstract: each task family builds its network
+
+    def compute_loss(self, batch) -> tuple[torch.Tensor, dict[str, Any], int]:
+        """(main loss, aux dict from the network, number of target tokens)."""
+        raise NotImplementedError  # abstract
+
+    # -- training ----------------------------------------------------------------------------------
+    def training_step(self, batch, batch_idx):
+        loss, aux, tokens = self.compute_loss(batch)
+        total = loss
+        for key, value in aux.items():
+            if key.startswith("loss/"):
+                total = total + value
+                self.log(f"train/{key[5:]}", value.detach(), on_step=True, on_epoch=False)
+            elif key.startswith("log/"):
+                self.log(f"train/{key[4:]}", float(value), on_step=True, on_epoch=False)
+        self.log("train/nll", loss.detach(), on_step=True, on_epoch=False, prog_bar=False)
+        self.log("train/loss", total.detach(), on_step=True, on_epoch=False, prog_bar=True)
+        self._tokens_seen += tokens
+        return total
+
+    def configure_optimizers(self):
+        o = self.optim_cfg
+        cls = {"adam": torch.optim.Adam, "adamw": torch.optim.AdamW}[o["optimizer"]]
+        decay, no_decay = [], []
+        for name, p in self.named_parameters():
+            if p.requires_grad:
+                (no_decay if p.ndim < 2 or "norm" in name else decay).append(p)
+        groups = [{"params": decay, "weight_decay": o["weight_decay"]}, {"params": no_decay, "weight_decay": 0.0}]
+        optimizer = cls(groups, lr=o["lr"], betas=tuple(o["betas"]), eps=o["eps"])
+        total = self.trainer.max_steps if self.trainer and self.trainer.max_steps > 0 else 100_000
+        schedule = torch.optim.lr_scheduler.LambdaLR(
+            optimizer, lr_multiplier(o["schedule"], warmup_steps=o["warmup_steps"], total_steps=total,
+                                     min_ratio=o["min_lr_ratio"])
+        )
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}
+
+    def on_fit_start(self) -> None:
+        params = {f"model/params/{k}": float(v) for k, v in count_parameters(self.model).items()}
+        if self.trainer.is_global_zero:
+            for lg in self.loggers:
+                lg.log_metrics(params, step=0)
+        self._fit_start = time.perf_counter()
+
+    def eval_prefix(self, dataloader_idx: int) -> str:
+        return self.eval_split_names[dataloader_idx] if dataloader_idx < len(self.eval_split_names) else "test"
+
+
+def _label_smoothed_nll(logits, target, pad_id: int, smoothing: float):
+    """(label-smoothed CE summed over tokens, plain NLL summed, token count). Padding is ignored."""
+    flat_logits = logits.reshape(-1, logits.shape[-1]).float()
+    flat_target = target.reshape(-1)
+    ce = F.cross_entropy(flat_logits, flat_target, ignore_index=pad_id, label_smoothing=smoothing,
+                         reduction="sum")
+    if smoothing:
+        nll = F.cross_entropy(flat_logits.detach(), flat_target, ignore_index=pad_id, reduction="sum")
+    else:
+        nll = ce.detach()
+    tokens = int(flat_target.ne(pad_id).sum())
+    return ce, nll, tokens
+
+
+class Seq2SeqModule(TaskModule):
+    """Encoder-decoder training with teacher forcing; evaluation decodes (greedy or beam) and scores."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        eos, pad = self.task_info["eos_id"], self.task_info["pad_id"]
+        self.val_acc = SequenceAccuracy(eos, pad)
+        self.test_acc = torch.nn.ModuleList(SequenceAccuracy(eos, pad) for _ in self.eval_split_names)
+        self.val_ppl = Perplexity()
+
+    def build_model(self):
+        t = self.task_info
+        return EncoderDecoder(self.model_cfg, src_vocab=t["src_vocab_size"], tgt_vocab=t["vocab_size"],
+                              pad_id=t["pad_id"], max_len=self.model_cfg["max_len"])
+
+    def compute_loss(self, batch):
+        logits, aux = self.model(batch["src"], batch["tgt_in"])
+        ce, _, tokens = _label_smoothed_nll(logits, batch["tgt_out"], self.task_info["pad_id"],
+                                            self.optim_cfg["label_smoothing"])
+        return ce / max(tokens, 1), aux, tokens
+
+    def decode(self, src: torch.Tensor) -> torch.Tensor:
+        e, t = self.eval_cfg, self.task_info
+        max_len = int(e["max_len_a"] * src.shape[1] + e["max_len_b"])
+        max_len = min(max_len, self.model_cfg["max_len"] - 1)
+        if e["strategy"] == "beam":
+            return beam_search(self.model, src, bos_id=t["bos_id"], eos_id=t["eos_id"], max_len=max_len,
+                               beam_size=e["beam_size"], alpha=e["length_penalty_alpha"])
+        return greedy_decode(self.model, src, bos_id=t["bos_id"], eos_id=t["eos_id"], max_len=max_len)
+
+    def validation_step(self, batch, batch_idx):
+        logits, _ = self.model(batch["src"], batch["tgt_in"])
+        _, nll, tokens = _label_smoothed_nll(logits, batch["tgt_out"], self.task_info["pad_id"], 0.0)
+        self.val_ppl.update(nll, tokens)
+        if self.eval_cfg["decode_in_validation"]:
+            self.val_acc.update(self.decode(batch["src"]), batch["tgt_out"])
+
+    def on_validation_epoch_end(self):
+        ppl = self.val_ppl.compute()
+        self.log("val/loss", ppl["nll"].float(), prog_bar=True)
+        self.log("val/ppl", ppl["ppl"].float())
+        self.val_ppl.reset()
+        if self.eval_cfg["decode_in_validation"]:
+            for key, value in self.val_acc.compute().items():
+                self.log(f"val/{key}", value.float(), prog_bar=key == "seq_acc")
+            self.val_acc.reset()
+
+    def test_step(self, batch, batch_idx, dataloader_idx: int = 0):
+        self.test_acc[dataloader_idx].update(self.decode(batch["src"]), batch["tgt_out"])
+
+    def on_test_epoch_end(self):
+        for idx, metric in enumerate(self.test_acc):
+            if int(metric.total_seqs) == 0:
+                continue
+            for key, value in metric.compute().items():
+                self.log(f"{self.eval_prefix(idx)}/{key}", value.float(), add_dataloader_idx=False)
+            metric.reset()
+
+
+class LMModule(TaskModule):
+    """Decoder-only language model; reports perplexity (natural log, per the task's token unit)."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.val_ppl = Perplexity()
+        self.test_ppl = torch.nn.ModuleList(Perplexity() for _ in self.eval_split_names)
+
+    def build_model(self):
+        t = self.task_info
+        return DecoderLM(self.model_cfg, vocab=t["vocab_size"], pad_id=t["pad_id"], max_len=self.model_cfg["max_len"])
+
+    def compute_loss(self, batch):
+        logits, aux = self.model(batch["ids"])
+        ce, _, tokens = _label_smoothed_nll(logits, batch["target"], self.task_info["pad_id"],
+                                            self.optim_cfg["label_smoothing"])
+        return ce / max(tokens, 1), aux, tokens
+
+    def _nll(self, batch):
+        logits, _ = self.model(batch["ids"])
+        _, nll, tokens = _label_smoothed_nll(logits, batch["target"], self.task_info["pad_id"], 0.0)
+        return nll, tokens
+
+    def validation_step(self, batch, batch_idx):
+        self.val_ppl.update(*self._nll(batch))
+
+    def on_validation_epoch_end(self):
+        out = self.val_ppl.compute()
+        self.log("val/loss", out["nll"].float(), prog_bar=True)
+        self.log("val/ppl", out["ppl"].float(), prog_bar=True)
+        self.val_ppl.reset()
+
+    def test_step(self, batch, batch_idx, dataloader_idx: int = 0):
+        self.test_ppl[dataloader_idx].update(*self._nll(batch))
+
+    def on_test_epoch_end(self):
+        for idx, metric in enumerate(self.test_ppl):
+            if int(metric.tokens) == 0:
+                continue
+            out = metric.compute()
+            prefix = self.eval_prefix(idx)
+            self.log(f"{prefix}/loss", out["nll"].float(), add_dataloader_idx=False)
+            self.log(f"{prefix}/ppl", out["ppl"].float(), add_dataloader_idx=False)
+            metric.reset()
+
+
+class ClassificationModule(TaskModule):
+    """Encoder classifier; reports accuracy."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        from torchmetrics.classification import MulticlassAccuracy
+
+        n = self.task_info["num_classes"]
+        self.val_acc = MulticlassAccuracy(num_classes=n, average="micro")
+        self.test_acc = torch.nn.ModuleList(MulticlassAccuracy(num_classes=n, average="micro")
+                                            for _ in self.eval_split_names)
+
+    def build_model(self):
+        t = self.task_info
+        return EncoderClassifier(self.model_cfg, vocab=t["vocab_size"], pad_id=t["pad_id"],
+                                 max_len=self.model_cfg["max_len"], num_classes=t["num_classes"])
+
+    def compute_loss(self, batch):
+        logits, aux = self.model(batch["ids"])
+        loss = F.cross_entropy(logits.float(), batch["label"], label_smoothing=self.optim_cfg["label_smoothing"])
+        return loss, aux, int(batch["ids"].ne(self.task_info["pad_id"]).sum())
+
+    def validation_step(self, batch, batch_idx):
+        logits, _ = self.model(batch["ids"])
+        self.val_acc.update(logits.argmax(-1), batch["label"])
+        self.log("val/loss", F.cross_entropy(logits.float(), batch["label"]), prog_bar=True)
+
+    def on_validation_epoch_end(self):
+        self.log("val/acc", self.val_acc.compute().float(), prog_bar=True)
+        self.val_acc.reset()
+
+    def test_step(self, batch, batch_idx, dataloader_idx: int = 0):
+        logits, _ = self.model(batch["ids"])
+        self.test_acc[dataloader_idx].update(logits.argmax(-1), batch["label"])
+
+    def on_test_epoch_end(self):
+        for idx, metric in enumerate(self.test_acc):
+            self.log(f"{self.eval_prefix(idx)}/acc", metric.compute().float(), add_dataloader_idx=False)
+            metric.reset()
+
+
+MODULES = {"seq2seq": Seq2SeqModule, "lm": LMModule, "classification": ClassificationModule}

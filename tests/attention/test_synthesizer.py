@@ -1,0 +1,187 @@
+"""Synthesizers: Table 1 parameter counts, frozen R, mixtures, the Table 7 functions and decoding rows."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+import torch
+
+from attnlab.attention import AttentionError, build_attention
+from attnlab.attention.synthesizer_common import SYNTH_FNS
+
+from .conftest import D_MODEL, HEADS, MAX_LEN
+
+d, H, L, DH = D_MODEL, HEADS, MAX_LEN, D_MODEL // HEADS
+VALUE_OUT = 2 * d * d  # G (value) and output projections, the only projections a synthesizer keeps
+
+# Table 1 of Tay et al. (|theta| of the synthesizing function), per head where it is per head, without
+# biases: dense d^2 + d*l, random l^2, factorized random 2*l*k, factorized dense d^2 + d*(a + b).
+TABLE1 = {
+    "synth_dense": d * d + d * L,
+    "synth_random": H * L * L,
+    "synth_fixed_random": 0,
+    "synth_factorized_random": H * 2 * L * 8,
+    "synth_factorized_dense": d * d + d * (8 + 8),  # a = b = 8 for l = 64
+    "synth_random_dense": H * L * L + d * d + d * L + 2,  # + one mixture weight per component
+    "synth_dense_vanilla": d * d + d * L + 2 * d * d + 2,
+    "synth_random_vanilla": H * L * L + 2 * d * d + 2,
+}
+
+
+def _count(m):
+    return sum(p.numel() for p in m.parameters())
+
+
+@pytest.mark.parametrize("name", sorted(TABLE1))
+def test_parameter_counts_follow_table1(make, name):
+    assert _count(make(name, bias=False)) == VALUE_OUT + TABLE1[name]
+
+
+def test_parameter_counts_with_biases_and_table7_functions(make):
+    vo = VALUE_OUT + 2 * d
+    head = d * L + H * L  # per-head map to l_max with its bias
+    b = d // 4
+    expected = {
+        "dense": d * d + d + head,
+        "linear": head,
+        "bottleneck": d * b + b + b * L + H * L,
+        "glu": 2 * d * d + 2 * d + head,
+        "conv3": 3 * d * d + d + 3 * d * L + H * L,
+        "conv5": 5 * d * d + d + 5 * d * L + H * L,
+    }
+    for fn, count in expected.items():
+        assert _count(make("synth_dense", synthesizer_fn=fn)) == vo + count, fn
+    assert _count(make("synth_mixture", components=["random", "fixed_random", "vanilla"])) == (
+        vo + H * L * L + 2 * (d * d + d) + 3
+    )
+
+
+def test_fixed_random_is_a_saved_frozen_buffer(make):
+    m = make("synth_fixed_random", seed=3).train()
+    key = "components.fixed_random.R"
+    assert key in m.state_dict() and key not in dict(m.named_parameters())
+    before = m.state_dict()[key].clone()
+    opt = torch.optim.SGD(m.parameters(), lr=1.0)
+    m(torch.randn(2, 10, D_MODEL)).pow(2).sum().backward()
+    opt.step()
+    torch.testing.assert_close(m.state_dict()[key], before, rtol=0, atol=0)
+    same_seed = make("synth_fixed_random", seed=3, torch_seed=1)  # R depends on `seed` only
+    torch.testing.assert_close(same_seed.state_dict()[key], before, rtol=0, atol=0)
+    other = make("synth_fixed_random", seed=4)
+    assert not torch.equal(other.state_dict()[key], before)
+    buf = io.BytesIO()
+    torch.save(m.state_dict(), buf)
+    buf.seek(0)
+    other.load_state_dict(torch.load(buf, weights_only=True))
+    torch.testing.assert_close(other.state_dict()[key], before, rtol=0, atol=0)
+
+
+def test_trainable_random_is_a_parameter_that_trains(make):
+    m = make("synth_random").train()
+    assert "components.random.R" in dict(m.named_parameters())
+    before = m.components["random"].R.detach().clone()
+    opt = torch.optim.SGD(m.parameters(), lr=1.0)
+    m(torch.randn(2, 10, D_MODEL)).pow(2).sum().backward()
+    opt.step()
+    assert not torch.equal(m.components["random"].R, before)
+
+
+def _vanilla_twin(m, causal):
+    v = build_attention("vanilla", d_model=D_MODEL, num_heads=HEADS, causal=causal).eval()
+    dot = m.components["vanilla"]
+    v.q_proj.load_state_dict(dot.q_proj.state_dict())
+    v.k_proj.load_state_dict(dot.k_proj.state_dict())
+    v.v_proj.load_state_dict(m.v_proj.state_dict())
+    v.out_proj.load_state_dict(m.out_proj.state_dict())
+    return v
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize(
+    "name, options",
+    [
+        ("synth_mixture", {"components": ["random", "dense", "vanilla"], "weights": [0, 0, 1]}),
+        ("synth_dense_vanilla", {"weights": [0, 1]}),
+        ("synth_random_vanilla", {"weights": [0.0, 1.0]}),
+    ],
+)
+def test_mixture_with_weight_one_on_vanilla_reproduces_vanilla(make, name, options, causal):
+    m = make(name, causal=causal, learn_weights=False, **options)
+    v = _vanilla_twin(m, causal)
+    x = torch.randn(2, 13, D_MODEL)
+    pad = torch.arange(13)[None] >= torch.tensor([13, 9])[:, None]
+    torch.testing.assert_close(m(x, key_padding_mask=pad)[~pad], v(x, key_padding_mask=pad)[~pad], atol=1e-5,
+                               rtol=1e-5)
+
+
+def test_learnable_mixture_weights_are_convex_and_start_as_given(make):
+    m = make("synth_random_dense", weights=[0.25, 0.75])
+    assert isinstance(m.mix_alpha, torch.nn.Parameter)
+    torch.testing.assert_close(m.mixture_weights(), torch.tensor([0.25, 0.75]))
+    torch.testing.assert_close(make("synth_random_dense").mixture_weights(), torch.tensor([0.5, 0.5]))
+    with pytest.raises(AttentionError):
+        make("synth_random_dense", weights=[0.0, 1.0])  # softmax(alpha) cannot start at an exact zero
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"components": ["random", "nope"]},
+        {"components": ["random", "random"]},
+        {"components": []},
+        {"components": ["random", "dense"], "weights": [1.0]},
+        {"synthesizer_fn": "conv7"},
+        {"factor_a": 4, "factor_b": 4, "components": ["factorized_dense"]},
+    ],
+)
+def test_mixture_option_errors_are_one_line(make, options):
+    with pytest.raises(AttentionError) as err:
+        make("synth_mixture", **options)
+    assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("fn", SYNTH_FNS)
+def test_table7_functions_are_causal_padding_safe_and_decode(make, fn):
+    x = torch.randn(2, 20, D_MODEL)
+    pad = torch.arange(20)[None] >= torch.tensor([20, 15])[:, None]
+    m = make("synth_dense", causal=True, synthesizer_fn=fn)
+    full = m(x, key_padding_mask=pad)
+    x2 = x.clone()
+    x2[:, 12:] = torch.randn_like(x2[:, 12:])
+    torch.testing.assert_close(m(x2, key_padding_mask=pad)[:, :12], full[:, :12], atol=1e-5, rtol=1e-5)
+    cache: dict = {}
+    steps = [m(x[:, :3], key_padding_mask=pad[:, :3], cache=cache)]
+    steps += [m(x[:, t:t + 1], key_padding_mask=pad[:, t:t + 1], cache=cache) for t in range(3, 20)]
+    torch.testing.assert_close(torch.cat(steps, 1)[~pad], full[~pad], atol=1e-5, rtol=1e-5)
+    bi = make("synth_dense", synthesizer_fn=fn)
+    y = bi(x, key_padding_mask=pad)
+    torch.testing.assert_close(y[1, :15], bi(x[1:2, :15])[0], atol=1e-5, rtol=1e-5)
+
+
+def test_random_synthesizers_are_input_independent(make):
+    x1, x2 = torch.randn(1, 9, D_MODEL), torch.randn(1, 9, D_MODEL)
+    for name, comp in [("synth_random", "random"), ("synth_factorized_random", "factorized_random"),
+                       ("synth_fixed_random", "fixed_random")]:
+        c = make(name).components[comp]
+        kw = {"offset": 0, "key_len": 9, "cache": None, "pad": None}
+        torch.testing.assert_close(c.logits(x1, **kw), c.logits(x2, **kw))
+
+
+def test_decoding_reads_the_row_of_the_absolute_position(make):
+    c = make("synth_random", causal=True).components["random"]
+    got = c.logits(torch.randn(1, 1, D_MODEL), offset=5, key_len=6, cache=None, pad=None)
+    torch.testing.assert_close(got[0], c.R[:, 5:6, :6])
+    c = make("synth_factorized_random", causal=True).components["factorized_random"]
+    got = c.logits(torch.randn(1, 1, D_MODEL), offset=5, key_len=6, cache=None, pad=None)
+    torch.testing.assert_close(got[0], c.R1[:, 5:6] @ c.R2[:, :6].transpose(1, 2))
+
+
+def test_factorized_dense_tiling(make):
+    c = make("synth_factorized_dense", factor_a=5, factor_b=13).components["factorized_dense"]
+    x = torch.randn(1, 4, D_MODEL)
+    h = c.hidden(x)
+    a, b = c.head_a(h), c.head_b(h)
+    got = c.logits(x, offset=0, key_len=L, cache=None, pad=None)
+    for j in (0, 4, 5, 17, 63):
+        torch.testing.assert_close(got[..., j], a[..., j % 5] * b[..., j // 5])

@@ -1,0 +1,70 @@
+"""Shared test helpers: composing configs as the CLI does, the shared data folder, and tiny overrides."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+CONF = REPO / "src" / "attnlab" / "conf"
+SHARED_DATA = Path(os.environ.get("ATTNLAB_SHARED_DATA", REPO.parent / "shared" / "data"))
+
+# A run small enough for the default tier: tiny model, a few steps, tiny generated splits.
+TINY = [
+    "model=transformer_tiny",
+    "trainer.max_steps=4",
+    "trainer.val_check_interval=2",
+    "trainer.log_every_n_steps=1",
+    "trainer.enable_progress_bar=false",
+    "batch.sentences_per_update=8",
+    "batch.eval_batch_size=8",
+    "optim.warmup_steps=2",
+]
+TINY_ALGO = ["task.at_scale.cpu.train_size=64", "task.at_scale.cpu.val_size=8", "task.at_scale.cpu.test_size=8",
+             "task.at_scale.cpu.train_max_len=6", "task.at_scale.cpu.test_max_len=12"]
+
+
+def compose(overrides: list[str] | None = None, *, run_dir: Path | None = None, scale: bool = True):
+    """Compose ``train.yaml`` with overrides, apply the scale, and point the run folder at ``run_dir``."""
+    from attnlab.cli.common import compose as compose_raw
+    from attnlab.training.run import apply_scale
+
+    overrides = list(overrides or [])
+    if run_dir is not None:
+        overrides.append(f"paths.run_dir={run_dir}")
+    cfg = compose_raw("train", overrides)
+    if scale:
+        apply_scale(cfg, overrides)
+    return cfg
+
+
+def group_options(group: str) -> list[str]:
+    """Every option of a config group, from the files (``task`` options include their family folder)."""
+    root = CONF / group
+    nested_groups = {"model": ("attention", "recurrence")}
+    out = []
+    for path in sorted(root.rglob("*.yaml")):
+        rel = path.relative_to(root)
+        if rel.parts[0] in nested_groups.get(group, ()):
+            continue
+        out.append(str(rel.with_suffix("")))
+    return out
+
+
+def require_shared_data(*relative: str) -> Path:
+    """The shared data folder, or skip with the reason (a user's clone has no ../shared/data)."""
+    for rel in relative:
+        if not (SHARED_DATA / rel).exists() and not (SHARED_DATA / f"{rel}.gz").exists():
+            pytest.skip(f"needs {SHARED_DATA / rel}: the shared data folder is present in CI, absent in a clone "
+                        f"(set ATTNLAB_SHARED_DATA to its location)")
+    return SHARED_DATA
+
+
+@pytest.fixture(autouse=True)
+def _quiet_wandb(monkeypatch, tmp_path):
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path))
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")

@@ -1,0 +1,126 @@
+"""End-to-end runs of the training function per task family, the run record and the loggers."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from attnlab.results.record import read_record, validate_record
+from attnlab.training.run import build_datamodule, build_module, derive_batching, run
+from tests.conftest import TINY, TINY_ALGO, compose
+
+LISTOPS_TINY = ["task=lra/listops", "task.at_scale.cpu.train_size=32", "task.at_scale.cpu.val_size=8",
+                "task.at_scale.cpu.test_size=8", "task.at_scale.cpu.max_len=40"]
+
+
+def _write_tiny_corpus(root: Path) -> None:
+    words = "the cat sat on a mat and the dog ran to the park <unk> = heading =".split()
+    folder = root / "wikitext2"
+    folder.mkdir(parents=True)
+    for split, n in (("train", 300), ("valid", 40), ("test", 40)):
+        lines = [" ".join(words[(i * 7 + j) % len(words)] for j in range(5 + i % 9)) for i in range(n)]
+        (folder / f"wiki.{split}.tokens").write_text("\n".join(lines) + "\n")
+
+
+@pytest.mark.parametrize(
+    "family_overrides",
+    [
+        ["task=algo/copy", *TINY_ALGO],
+        ["task=algo/addition", *TINY_ALGO],
+        LISTOPS_TINY,
+        ["task=lm/wikitext2", "task.at_scale.cpu.block_len=16"],
+    ],
+    ids=["seq2seq-copy", "seq2seq-addition", "classification-listops", "lm-wikitext2"],
+)
+def test_fast_dev_run_per_task_family(family_overrides, tmp_path):
+    _write_tiny_corpus(tmp_path / "data")
+    cfg = compose([*TINY, *family_overrides, "debug=fdr", f"paths.data_root={tmp_path / 'data'}"],
+                  run_dir=tmp_path / "run")
+    record = run(cfg, run_dir=tmp_path / "run", command="pytest")
+    assert record["status"] == "completed"
+    assert validate_record(record) == []
+    assert record["params"]["total"] > 0
+    final = record["metrics"]["final"]
+    assert any(k.startswith("test") for k in final), final
+    assert record["cost"]["steps"] == 1  # fast_dev_run: exactly one optimizer step
+
+
+def test_results_json_schema_and_content(tmp_path):
+    cfg = compose([*TINY, *TINY_ALGO, "logger=csv"], run_dir=tmp_path)
+    run(cfg, run_dir=tmp_path, command="attnlab-train test")
+    record = read_record(tmp_path / "results.json")
+    assert validate_record(record) == []
+    for key in ("config_hash", "git", "seed", "hardware", "metrics", "params", "cost", "wandb_run_id"):
+        assert key in record
+    assert len(record["config_hash"]) == 64
+    assert record["metrics"]["final"]["test/seq_acc"] is not None
+    assert "val/loss" in record["metrics"]["best"]
+    assert record["cost"]["steps"] == 4
+    assert record["cost"]["tokens_per_s"] is None or record["cost"]["tokens_per_s"] > 0
+    metrics_csv = (tmp_path / "csv" / "metrics.csv").read_text()
+    assert "train/loss" in metrics_csv and "val/loss" in metrics_csv
+    assert "model/params/total" in metrics_csv
+
+
+def test_wandb_offline_run_folder_is_produced(tmp_path, monkeypatch):
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    cfg = compose([*TINY, *TINY_ALGO, "logger=wandb"], run_dir=tmp_path)
+    record = run(cfg, run_dir=tmp_path, command="pytest")
+    offline = list((tmp_path / "wandb").glob("offline-run-*"))
+    assert offline, "no wandb offline run folder"
+    assert record["wandb_run_id"] and record["wandb_run_id"] in offline[0].name
+    assert any(offline[0].glob("*.wandb")), "offline run has no .wandb file to sync"
+
+
+def test_wandb_failure_never_stops_training(tmp_path, monkeypatch):
+    import attnlab.training.run as run_module
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("wandb is broken")
+
+    monkeypatch.setattr(run_module, "_wandb_settings", broken)
+    cfg = compose([*TINY, *TINY_ALGO, "logger=wandb"], run_dir=tmp_path)
+    record = run(cfg, run_dir=tmp_path, command="pytest")
+    assert record["status"] == "completed" and record["wandb_run_id"] is None
+
+
+def test_global_batch_is_independent_of_hardware(tmp_path):
+    one = compose(["batch.sentences_per_update=64", "hardware=cpu", "hardware.max_batch_per_device=16"],
+                  run_dir=tmp_path)
+    assert derive_batching(one) == (16, 4)
+    two = compose(["batch.sentences_per_update=64", "hardware=ddp_sim", "hardware.max_batch_per_device=16"],
+                  run_dir=tmp_path)
+    assert derive_batching(two) == (16, 2)
+    eight = compose(["batch.sentences_per_update=4096", "hardware=gpu8"], run_dir=tmp_path)
+    micro, accumulate = derive_batching(eight)
+    assert micro * accumulate * 8 == 4096
+
+
+def test_build_module_and_datamodule_from_config(tmp_path):
+    cfg = compose([*TINY, *TINY_ALGO], run_dir=tmp_path)
+    module = build_module(cfg)
+    dm = build_datamodule(cfg)
+    batch = next(iter(dm.train_dataloader()))
+    loss, aux, tokens = module.compute_loss(batch)
+    assert loss.ndim == 0 and tokens > 0
+    loss.backward()
+    assert all(p.grad is not None for p in module.model.parameters() if p.requires_grad)
+
+
+def test_experiment_with_debug_fdr_applies_the_debug_settings(tmp_path):
+    cfg = compose(["experiment=demo/copy", "debug=fdr", *TINY_ALGO], run_dir=tmp_path)
+    record = run(cfg, run_dir=tmp_path, command="pytest")
+    assert record["cost"]["steps"] == 1
+    assert record["experiment"] == "demo/copy"
+    assert not (tmp_path / "csv").exists()  # debug=fdr turns loggers off
+    assert not (tmp_path / "checkpoints").exists()
+
+
+def test_run_record_is_json_with_no_nan(tmp_path):
+    cfg = compose([*TINY, *TINY_ALGO, "logger=none"], run_dir=tmp_path)
+    run(cfg, run_dir=tmp_path, command="pytest")
+    text = (tmp_path / "results.json").read_text()
+    json.loads(text)
+    assert "NaN" not in text and "Infinity" not in text
