@@ -29,6 +29,9 @@ def user_errors() -> tuple[type[BaseException], ...]:
 def one_line(exc: BaseException) -> str:
     """A single line for users, rewritten from Hydra's multi-line messages where they are known."""
     text = str(exc).strip()
+    cause = exc.__cause__ or exc.__context__
+    if cause is not None and "not in struct" in str(cause):
+        text = f"{text}\n{cause}"  # Hydra keeps the useful part ("Key 'x' is not in struct") in the cause
     missing = re.search(r"Could not find '([^']+)'", text)
     if missing:
         options = re.findall(r"^\t(\S+)$", text, flags=re.M)

@@ -17,6 +17,8 @@ from attnlab.tasks.batching import ClassificationCollate, LabelledDataset
 from attnlab.tasks.vocab import Vocab
 
 OPS = ("[MAX", "[MIN", "[MED", "[SM")
+# LRA's generator makes a node an operator with probability 0.25 (VALUE_P), below the root.
+LEAF_PROBABILITY = 0.75
 
 
 def _evaluate(op: str, values: list[int]) -> int:
@@ -29,16 +31,28 @@ def _evaluate(op: str, values: list[int]) -> int:
     return sum(values) % 10
 
 
-def _tree(rng: random.Random, depth: int, max_depth: int, max_args: int, p_leaf: float):
+class _TooLong(Exception):
+    """Raised while growing an expression that is already longer than allowed (rejected early)."""
+
+
+def _tree(rng: random.Random, depth: int, max_depth: int, max_args: int, p_leaf: float, budget: list[int]):
+    # ``budget`` is the number of tokens still allowed; a tree with up to max_args**max_depth leaves is
+    # abandoned as soon as it overflows instead of being built and then rejected.
+    budget[0] -= 1
+    if budget[0] < 0:
+        raise _TooLong
     if depth >= max_depth or (depth > 0 and rng.random() < p_leaf):
         v = rng.randrange(10)
         return [str(v)], v
     op = rng.choice(OPS)
     tokens, values = [op], []
     for _ in range(rng.randint(2, max_args)):
-        t, v = _tree(rng, depth + 1, max_depth, max_args, p_leaf)
+        t, v = _tree(rng, depth + 1, max_depth, max_args, p_leaf, budget)
         tokens += t
         values.append(v)
+    budget[0] -= 1
+    if budget[0] < 0:
+        raise _TooLong
     tokens.append("]")
     return tokens, _evaluate(op, values)
 
@@ -53,7 +67,10 @@ def generate(size: int, *, min_len: int, max_len: int, max_depth: int, max_args:
                 f"ListOps: could not generate {size} expressions with lengths {min_len}..{max_len}; "
                 f"widen the length range or raise max_depth/max_args"
             )
-        tokens, value = _tree(rng, 0, max_depth, max_args, p_leaf=rng.uniform(0.1, 0.6))
+        try:
+            tokens, value = _tree(rng, 0, max_depth, max_args, p_leaf=LEAF_PROBABILITY, budget=[max_len])
+        except _TooLong:
+            continue
         if min_len <= len(tokens) <= max_len:
             out.append((tokens, value))
     return out

@@ -9,10 +9,11 @@ without extra context at block starts.
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 import torch
-from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+from tokenizers import Tokenizer, models, pre_tokenizers
 from torch.utils.data import Dataset
 
 from attnlab.tasks.base import DataError, TaskData, register_task_family
@@ -52,10 +53,17 @@ def _split_lines(cfg: dict[str, Any]) -> dict[str, list[str]]:
 
 
 def train_word_tokenizer(lines: list[str]) -> Tokenizer:
-    tok = Tokenizer(models.WordLevel(unk_token="<unk>"))
+    """Word-level tokenizer over every training word, specials first, then by frequency.
+
+    The vocabulary is counted here rather than by ``WordLevelTrainer``: the trainer gives a corpus word
+    equal to a special token (WikiText's own ``<unk>``) a second id, so the special id would never occur.
+    """
+    counts = Counter(word for line in lines for word in line.split())
+    vocab = {token: i for i, token in enumerate((*SPECIALS, EOS_WORD))}
+    for word, _ in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])):
+        vocab.setdefault(word, len(vocab))
+    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    trainer = trainers.WordLevelTrainer(special_tokens=[*SPECIALS, EOS_WORD], min_frequency=1)
-    tok.train_from_iterator(lines, trainer=trainer)
     return tok
 
 

@@ -315,6 +315,7 @@ def run(cfg: DictConfig, *, run_dir: str | os.PathLike | None = None, command: s
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "versions": {"python": platform.python_version(), "torch": torch.__version__,
                      "lightning": L.__version__, "attnlab": attnlab.__version__},
+        "extra": {"debug": cfg.get("debug_mode")},
     }
     if trainer.is_global_zero:
         write_record(run_dir / "results.json", record)
