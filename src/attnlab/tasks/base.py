@@ -38,6 +38,12 @@ class TaskData:
     train_lengths: list[int] = field(default_factory=list)
     detokenize: Callable[[list[int]], str] | None = None
     description: str = ""
+    # Text metrics (BLEU, ROUGE, ...): ``score_text(hypotheses, references) -> {metric: value}`` on
+    # detokenized hypotheses against the raw reference strings of ``references[split]``; batches then
+    # carry ``ref_index`` (the example's position in its split) so references never pass through the
+    # tokenizer (no <unk> in references).
+    score_text: Callable[[list[str], list[str]], dict[str, float]] | None = None
+    references: dict[str, list[str]] = field(default_factory=dict)
 
 
 _FAMILIES: dict[str, Callable[[dict[str, Any], int], TaskData]] = {}

@@ -111,6 +111,10 @@ class Seq2SeqModule(TaskModule):
         self.val_acc = SequenceAccuracy(eos, pad)
         self.test_acc = torch.nn.ModuleList(SequenceAccuracy(eos, pad) for _ in self.eval_split_names)
         self.val_ppl = Perplexity()
+        # Set by build_module from the task (plain callables and strings, not hyperparameters).
+        self.text_scorer = None
+        self.detokenize = None
+        self.references: dict[str, list[str]] = {}
 
     def build_model(self):
         t = self.task_info
@@ -150,15 +154,42 @@ class Seq2SeqModule(TaskModule):
             self.val_acc.reset()
 
     def test_step(self, batch, batch_idx, dataloader_idx: int = 0):
-        self.test_acc[dataloader_idx].update(self.decode(batch["src"]), batch["tgt_out"])
+        predictions = self.decode(batch["src"])
+        self.test_acc[dataloader_idx].update(predictions, batch["tgt_out"])
+        if self.text_scorer is not None and "ref_index" in batch:
+            self._hypotheses.setdefault(dataloader_idx, []).extend(
+                zip(batch["ref_index"].tolist(), (self.detokenize(row) for row in predictions.tolist()))
+            )
+
+    def on_test_epoch_start(self):
+        self._hypotheses: dict[int, list[tuple[int, str]]] = {}
 
     def on_test_epoch_end(self):
         for idx, metric in enumerate(self.test_acc):
             if int(metric.total_seqs) == 0:
                 continue
+            prefix = self.eval_prefix(idx)
             for key, value in metric.compute().items():
-                self.log(f"{self.eval_prefix(idx)}/{key}", value.float(), add_dataloader_idx=False)
+                self.log(f"{prefix}/{key}", value.float(), add_dataloader_idx=False)
             metric.reset()
+            if self.text_scorer is not None:
+                for key, value in self._score_split(idx).items():
+                    self.log(f"{prefix}/{key}", float(value), add_dataloader_idx=False, sync_dist=False)
+
+    def _score_split(self, idx: int) -> dict[str, float]:
+        """Text metrics over the whole split: hypotheses are gathered from every rank, then scored once."""
+        pairs = self._hypotheses.get(idx, [])
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            gathered: list = [None] * torch.distributed.get_world_size()
+            torch.distributed.all_gather_object(gathered, pairs)
+            pairs = [p for part in gathered for p in part]
+        if not pairs:
+            return {}
+        by_index = dict(pairs)  # a DistributedSampler may repeat an example to even out ranks
+        split = list(self.task_info["eval_splits"].values())[idx]
+        refs = self.references[split]
+        order = sorted(by_index)
+        return self.text_scorer([by_index[i] for i in order], [refs[i] for i in order])
 
 
 class LMModule(TaskModule):

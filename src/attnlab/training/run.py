@@ -113,8 +113,11 @@ def decoding_config(cfg: DictConfig) -> dict[str, Any]:
 def build_module(cfg: DictConfig, task: TaskData | None = None) -> TaskModule:
     task = task or build_task_data(cfg)
     module_cls = MODULES[task.kind]
-    return module_cls(model_config(cfg, task), OmegaConf.to_container(cfg.optim, resolve=True), task_info(task),
-                      decoding_config(cfg))
+    module = module_cls(model_config(cfg, task), OmegaConf.to_container(cfg.optim, resolve=True), task_info(task),
+                        decoding_config(cfg))
+    if task.score_text is not None:
+        module.text_scorer, module.detokenize, module.references = task.score_text, task.detokenize, task.references
+    return module
 
 
 def build_datamodule(cfg: DictConfig, task: TaskData | None = None) -> TaskDataModule:
