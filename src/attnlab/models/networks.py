@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -18,7 +19,11 @@ class Embedding(nn.Module):
     ``positions``: ``sinusoidal`` (Vaswani et al.), ``learned`` or ``none``.
     """
 
-    def __init__(self, vocab_size: int, d_model: int, *, pad_id: int, max_len: int, positions: str, dropout: float):
+    # Added to every position during training when model.random_position_offset > 0 (set by the network).
+    position_shift = 0
+
+    def __init__(self, vocab_size: int, d_model: int, *, pad_id: int, max_len: int, positions: str, dropout: float,
+                 max_shift: int = 0):
         super().__init__()
         self.tokens = nn.Embedding(vocab_size, d_model, padding_idx=pad_id)
         nn.init.normal_(self.tokens.weight, mean=0.0, std=d_model**-0.5)
@@ -27,9 +32,9 @@ class Embedding(nn.Module):
         self.scale = math.sqrt(d_model)
         self.positions = positions
         if positions == "learned":
-            self.pos = nn.Embedding(max_len, d_model)
+            self.pos = nn.Embedding(max_len + max_shift, d_model)
         elif positions == "sinusoidal":
-            self.register_buffer("pos_table", sinusoid_table(max_len, d_model), persistent=False)
+            self.register_buffer("pos_table", sinusoid_table(max_len + max_shift, d_model), persistent=False)
         elif positions != "none":
             raise ValueError(f"model.positions={positions!r}; valid: sinusoidal, learned, none")
         self.dropout = nn.Dropout(dropout)
@@ -43,10 +48,11 @@ class Embedding(nn.Module):
                 raise ValueError(
                     f"sequence length {offset + n} exceeds model.max_len={self.max_len}; raise model.max_len"
                 )
+            start = offset + self.position_shift
             if self.positions == "learned":
-                x = x + self.pos(torch.arange(offset, offset + n, device=ids.device))
+                x = x + self.pos(torch.arange(start, start + n, device=ids.device))
             else:
-                x = x + self.pos_table[offset : offset + n].to(x.dtype)
+                x = x + self.pos_table[start : start + n].to(x.dtype)
         return self.dropout(x)
 
 
@@ -66,6 +72,27 @@ def _spec(cfg: dict[str, Any], max_len: int) -> LayerSpec:
             cfg["cross_attention"] if isinstance(cfg["cross_attention"], str) else dict(cfg["cross_attention"])
         ),
     )
+
+
+@contextmanager
+def random_position_shift(model: nn.Module, max_shift: int):
+    """During training, start every position at a random offset in [0, max_shift] for this batch.
+
+    The UT paper trains its algorithmic tasks "using positions starting with randomized offsets to further
+    encourage the model to learn position-relative transformations" (Sec. 3.3); evaluation uses offset 0.
+    """
+    if not (model.training and max_shift > 0):
+        yield
+        return
+    shift = int(torch.randint(0, max_shift + 1, ()).item())
+    targets = [m for m in model.modules() if hasattr(m, "position_shift")]
+    for m in targets:
+        m.position_shift = shift
+    try:
+        yield
+    finally:
+        for m in targets:
+            m.position_shift = 0
 
 
 def _merge_aux(*auxes: dict[str, Any]) -> dict[str, Any]:
@@ -88,7 +115,9 @@ class EncoderDecoder(nn.Module):
         self.pad_id = pad_id
         self.encoder = build_encoder_stack(dict(cfg["recurrence"]), spec, cfg["encoder_layers"])
         self.decoder = build_decoder_stack(dict(cfg["recurrence"]), spec, cfg["decoder_layers"], cross=True)
-        emb = dict(pad_id=pad_id, max_len=max_len, positions=cfg["positions"], dropout=cfg["dropout"])
+        self.max_shift = int(cfg.get("random_position_offset", 0) or 0)
+        emb = dict(pad_id=pad_id, max_len=max_len, positions=cfg["positions"], dropout=cfg["dropout"],
+                   max_shift=self.max_shift)
         self.src_embed = Embedding(src_vocab, cfg["d_model"], **emb)
         if cfg["share_embeddings"]:
             if src_vocab != tgt_vocab:
@@ -116,8 +145,9 @@ class EncoderDecoder(nn.Module):
         return self.output(h), aux
 
     def forward(self, src: torch.Tensor, tgt_in: torch.Tensor):
-        memory, memory_padding, enc_aux = self.encode(src)
-        logits, dec_aux = self.decode(tgt_in, memory, memory_padding)
+        with random_position_shift(self, self.max_shift):
+            memory, memory_padding, enc_aux = self.encode(src)
+            logits, dec_aux = self.decode(tgt_in, memory, memory_padding)
         return logits, _merge_aux(enc_aux, dec_aux)
 
 
@@ -129,8 +159,9 @@ class DecoderLM(nn.Module):
         spec = _spec(cfg, max_len)
         self.pad_id = pad_id
         self.decoder = build_decoder_stack(dict(cfg["recurrence"]), spec, cfg["decoder_layers"], cross=False)
+        self.max_shift = int(cfg.get("random_position_offset", 0) or 0)
         self.embed = Embedding(vocab, cfg["d_model"], pad_id=pad_id, max_len=max_len,
-                               positions=cfg["positions"], dropout=cfg["dropout"])
+                               positions=cfg["positions"], dropout=cfg["dropout"], max_shift=self.max_shift)
         self.output = nn.Linear(cfg["d_model"], vocab, bias=False)
         if cfg["tie_output"]:
             self.output.weight = self.embed.tokens.weight
@@ -138,8 +169,9 @@ class DecoderLM(nn.Module):
     def forward(self, ids: torch.Tensor, *, cache: dict | None = None):
         offset = 0 if cache is None else int(cache.get("length", 0))
         padding = ids.eq(self.pad_id) if cache is None else None
-        x = self.embed(ids, offset=offset, add_positions=not self.decoder.adds_positions)
-        h, aux = self.decoder(x, None, None, padding, cache=cache)
+        with random_position_shift(self, self.max_shift if cache is None else 0):
+            x = self.embed(ids, offset=offset, add_positions=not self.decoder.adds_positions)
+            h, aux = self.decoder(x, None, None, padding, cache=cache)
         if cache is not None:
             cache["length"] = offset + ids.shape[1]
         return self.output(h), _merge_aux({}, aux)
@@ -153,8 +185,9 @@ class EncoderClassifier(nn.Module):
         spec = _spec(cfg, max_len)
         self.pad_id = pad_id
         self.encoder = build_encoder_stack(dict(cfg["recurrence"]), spec, cfg["encoder_layers"])
+        self.max_shift = int(cfg.get("random_position_offset", 0) or 0)
         self.embed = Embedding(vocab, cfg["d_model"], pad_id=pad_id, max_len=max_len,
-                               positions=cfg["positions"], dropout=cfg["dropout"])
+                               positions=cfg["positions"], dropout=cfg["dropout"], max_shift=self.max_shift)
         self.head = nn.Sequential(
             nn.Linear(cfg["d_model"], cfg["d_model"]), nn.Tanh(), nn.Dropout(cfg["dropout"]),
             nn.Linear(cfg["d_model"], num_classes),
@@ -162,8 +195,9 @@ class EncoderClassifier(nn.Module):
 
     def forward(self, ids: torch.Tensor):
         padding = ids.eq(self.pad_id)
-        x = self.embed(ids, add_positions=not self.encoder.adds_positions)
-        h, aux = self.encoder(x, padding)
+        with random_position_shift(self, self.max_shift):
+            x = self.embed(ids, add_positions=not self.encoder.adds_positions)
+            h, aux = self.encoder(x, padding)
         keep = (~padding).unsqueeze(-1).to(h.dtype)
         pooled = (h * keep).sum(1) / keep.sum(1).clamp_min(1.0)
         return self.head(pooled), _merge_aux(aux, {})

@@ -118,9 +118,13 @@ class CoordinateEmbedding(nn.Module):
                 "timestep_table", sinusoid_table(num_steps, d_model, offset=1), persistent=False
             )
 
+    # Set by the network during training when model.random_position_offset > 0 (UT paper Sec. 3.3).
+    position_shift = 0
+
     def positions(self, length: int, offset: int, like: torch.Tensor) -> torch.Tensor:
         """Position signal of absolute positions offset..offset+length-1, (length, d_model)."""
-        return sinusoid_table(length, self.d_model, offset=offset).to(device=like.device, dtype=like.dtype)
+        start = offset + self.position_shift
+        return sinusoid_table(length, self.d_model, offset=start).to(device=like.device, dtype=like.dtype)
 
     def timestep(self, t: int) -> torch.Tensor:
         """Timestep signal of step t (1-based), (d_model,)."""

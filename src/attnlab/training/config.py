@@ -37,6 +37,7 @@ class ModelSchema:
     tie_output: bool
     max_len: Any
     cross_attention: Any
+    random_position_offset: int = 0
     attention: dict = field(default_factory=dict)
     recurrence: dict = field(default_factory=dict)
     at_scale: dict = field(default_factory=dict)
@@ -133,7 +134,7 @@ CHOICES = {
 POSITIVE = ("model.d_model", "model.num_heads", "model.d_ff", "hardware.devices", "hardware.num_nodes",
             "hardware.max_batch_per_device", "batch.sentences_per_update", "batch.eval_batch_size",
             "trainer.log_every_n_steps", "trainer.val_check_interval", "optim.lr")
-NON_NEGATIVE = ("model.encoder_layers", "model.decoder_layers", "optim.warmup_steps", "hardware.num_workers",
+NON_NEGATIVE = ("model.encoder_layers", "model.random_position_offset", "model.decoder_layers", "optim.warmup_steps", "hardware.num_workers",
                 "optim.weight_decay", "optim.grad_clip", "trainer.num_sanity_val_steps")
 
 

@@ -1,0 +1,68 @@
+"""Networks built from the shared blocks: caches, parameter sharing, randomized position offsets."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from attnlab.models import DecoderLM, EncoderClassifier, EncoderDecoder
+from attnlab.models.networks import Embedding
+
+CFG = dict(d_model=32, num_heads=4, d_ff=64, dropout=0.0, attention_dropout=0.0, activation_dropout=0.0,
+           activation="relu", norm_first=False, attention={"name": "vanilla"}, cross_attention="auto",
+           recurrence={"name": "stacked"}, encoder_layers=2, decoder_layers=2, positions="sinusoidal",
+           share_embeddings=True, tie_output=True)
+
+
+@pytest.mark.parametrize("recurrence", [{"name": "stacked"}, {"name": "ut"}, {"name": "ut_act", "act_max_steps": 4}])
+def test_random_position_offset_only_in_training(recurrence):
+    torch.manual_seed(0)
+    model = EncoderDecoder({**CFG, "recurrence": recurrence, "random_position_offset": 50},
+                           src_vocab=10, tgt_vocab=10, pad_id=0, max_len=16)
+    src, tgt = torch.randint(3, 10, (2, 12)), torch.randint(3, 10, (2, 9))
+    model.eval()
+    a, _ = model(src, tgt)
+    b, _ = model(src, tgt)
+    assert torch.equal(a, b)  # evaluation starts at position 0, always
+    model.train()
+    shifted = [model(src, tgt)[0] for _ in range(4)]
+    assert any(not torch.allclose(s, a, atol=1e-5) for s in shifted)  # training positions moved
+    assert all(m.position_shift == 0 for m in model.modules() if hasattr(m, "position_shift"))
+
+
+def test_shifted_positions_fit_the_table():
+    emb = Embedding(10, 16, pad_id=0, max_len=8, positions="sinusoidal", dropout=0.0, max_shift=100)
+    emb.position_shift = 100
+    assert emb(torch.ones(1, 8, dtype=torch.long)).shape == (1, 8, 16)
+    with pytest.raises(ValueError, match="model.max_len"):
+        emb(torch.ones(1, 9, dtype=torch.long))
+
+
+def test_lm_and_classifier_run_and_tie_weights():
+    lm = DecoderLM(CFG, vocab=20, pad_id=0, max_len=16)
+    assert lm.output.weight is lm.embed.tokens.weight
+    logits, _ = lm(torch.randint(1, 20, (2, 10)))
+    assert logits.shape == (2, 10, 20)
+    clf = EncoderClassifier(CFG, vocab=20, pad_id=0, max_len=16, num_classes=3)
+    out, _ = clf(torch.randint(1, 20, (2, 10)))
+    assert out.shape == (2, 3)
+
+
+def test_lm_cached_decoding_equals_full_forward():
+    torch.manual_seed(1)
+    lm = DecoderLM(CFG, vocab=20, pad_id=0, max_len=16).eval()
+    ids = torch.randint(1, 20, (3, 10))
+    full, _ = lm(ids)
+    cache: dict = {}
+    steps = [lm(ids[:, i : i + 1], cache=cache)[0] for i in range(10)]
+    assert torch.allclose(torch.cat(steps, 1), full, atol=1e-5)
+
+
+def test_padding_does_not_change_real_positions():
+    torch.manual_seed(2)
+    model = EncoderDecoder(CFG, src_vocab=12, tgt_vocab=12, pad_id=0, max_len=32).eval()
+    src, tgt = torch.randint(3, 12, (1, 7)), torch.randint(3, 12, (1, 5))
+    base, _ = model(src, tgt)
+    padded, _ = model(torch.cat([src, torch.zeros(1, 4, dtype=torch.long)], 1),
+                      torch.cat([tgt, torch.zeros(1, 3, dtype=torch.long)], 1))
+    assert torch.allclose(padded[:, :5], base, atol=1e-5)
