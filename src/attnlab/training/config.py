@@ -134,8 +134,8 @@ CHOICES = {
 POSITIVE = ("model.d_model", "model.num_heads", "model.d_ff", "hardware.devices", "hardware.num_nodes",
             "hardware.max_batch_per_device", "batch.sentences_per_update", "batch.eval_batch_size",
             "trainer.log_every_n_steps", "trainer.val_check_interval", "optim.lr")
-NON_NEGATIVE = ("model.encoder_layers", "model.random_position_offset", "model.decoder_layers", "optim.warmup_steps", "hardware.num_workers",
-                "optim.weight_decay", "optim.grad_clip", "trainer.num_sanity_val_steps")
+NON_NEGATIVE = ("model.encoder_layers", "model.random_position_offset", "model.decoder_layers", "optim.warmup_steps",
+                "hardware.num_workers", "optim.weight_decay", "optim.grad_clip", "trainer.num_sanity_val_steps")
 
 
 def _check(node: Any, schema: type, path: str) -> None:
