@@ -61,3 +61,21 @@ class Perplexity(Metric):
     def compute(self) -> dict[str, torch.Tensor]:
         mean = self.nll_sum / self.tokens.clamp_min(1)
         return {"nll": mean, "ppl": torch.exp(mean)}
+
+
+class Ratio(Metric):
+    """sum(numerator) / sum(denominator), summed across ranks (e.g. LAMBADA last-word accuracy)."""
+
+    full_state_update = False
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.add_state("num", default=torch.tensor(0.0, dtype=torch.float64), dist_reduce_fx="sum")
+        self.add_state("den", default=torch.tensor(0.0, dtype=torch.float64), dist_reduce_fx="sum")
+
+    def update(self, numerator: torch.Tensor | float, denominator: torch.Tensor | float) -> None:
+        self.num += float(numerator)
+        self.den += float(denominator)
+
+    def compute(self) -> torch.Tensor:
+        return self.num / self.den.clamp_min(1e-12)

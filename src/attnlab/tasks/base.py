@@ -18,7 +18,7 @@ class DataError(ValueError):
 class TaskData:
     """What a task hands to training: datasets per split, how to batch them and how to score them.
 
-    kind: ``seq2seq`` (src -> tgt), ``lm`` (next token) or ``classification``.
+    kind: ``seq2seq`` (src -> tgt), ``lm`` (next token), ``classification`` or ``regression`` (one output, MSE).
     eval_splits: evaluation splits after training, as {metric prefix: split name}; the first is ``test``.
     metric_flavours: how each reported metric is computed (e.g. greedy decoding, perplexity unit).
     """
@@ -38,12 +38,13 @@ class TaskData:
     train_lengths: list[int] = field(default_factory=list)
     detokenize: Callable[[list[int]], str] | None = None
     description: str = ""
-    # Text metrics (BLEU, ROUGE, ...): ``score_text(hypotheses, references) -> {metric: value}`` on
-    # detokenized hypotheses against the raw reference strings of ``references[split]``; batches then
-    # carry ``ref_index`` (the example's position in its split) so references never pass through the
-    # tokenizer (no <unk> in references).
-    score_text: Callable[[list[str], list[str]], dict[str, float]] | None = None
-    references: dict[str, list[str]] = field(default_factory=dict)
+    # Whole-split metrics: ``score_text(outputs, references) -> {metric: value}``. For seq2seq the outputs
+    # are detokenized hypotheses and ``references[split]`` the raw reference strings (BLEU, ROUGE, ...);
+    # for classification they are predicted labels against gold labels (MCC, F1, bAbI failed tasks, ...).
+    # Batches then carry ``ref_index`` (the example's position in its split), so references never pass
+    # through the tokenizer (no <unk> in references).
+    score_text: Callable[[list[Any], list[Any]], dict[str, float]] | None = None
+    references: dict[str, list[Any]] = field(default_factory=dict)
 
 
 _FAMILIES: dict[str, Callable[[dict[str, Any], int], TaskData]] = {}
@@ -62,7 +63,7 @@ def register_task_family(loader: str):
 
 
 def _load_families() -> None:
-    from attnlab.tasks import algorithmic, listops, text_lm  # noqa: F401  (register)
+    from attnlab.tasks import algorithmic, listops, text_lm, translation  # noqa: F401  (register)
 
 
 def build_task(task_cfg: dict[str, Any], seed: int) -> TaskData:

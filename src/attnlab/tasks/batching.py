@@ -78,3 +78,40 @@ class LMCollate:
     def __call__(self, batch):
         ids = pad_batch(batch, self.pad_id)
         return {"ids": ids[:, :-1], "target": ids[:, 1:]}
+
+
+class IndexedDataset(Dataset):
+    """Examples with their position in the split appended, so scores can look up raw references."""
+
+    def __init__(self, examples: Sequence[tuple]) -> None:
+        self.examples = list(examples)
+
+    def __len__(self) -> int:
+        return len(self.examples)
+
+    def __getitem__(self, i: int):
+        return (*self.examples[i], i)
+
+
+class IndexedSeq2SeqCollate(Seq2SeqCollate):
+    """``Seq2SeqCollate`` over (src, tgt, index) triples; adds ``ref_index``."""
+
+    def __call__(self, batch):
+        out = super().__call__([(s, t) for s, t, _ in batch])
+        out["ref_index"] = torch.tensor([i for _, _, i in batch], dtype=torch.long)
+        return out
+
+
+class IndexedClassificationCollate:
+    """(ids, label, index) triples -> ids, label (long, or float for regression) and ``ref_index``."""
+
+    def __init__(self, pad_id: int, *, regression: bool = False) -> None:
+        self.pad_id, self.regression = pad_id, regression
+
+    def __call__(self, batch):
+        return {
+            "ids": pad_batch([ids for ids, _, _ in batch], self.pad_id),
+            "label": torch.tensor([label for _, label, _ in batch],
+                                  dtype=torch.float32 if self.regression else torch.long),
+            "ref_index": torch.tensor([i for _, _, i in batch], dtype=torch.long),
+        }

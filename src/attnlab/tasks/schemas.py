@@ -55,9 +55,37 @@ class TextLMTask(CommonTask):
     max_train_tokens: Any = None
     max_val_tokens: Any = None
     max_test_tokens: Any = None
+    # Subword option: tokenizer.kind word (default: the corpus' own words) | bpe; with bpe, ppl is per
+    # subword and word_ppl = exp(total NLL / words) is reported too.
+    tokenizer: dict = field(default_factory=lambda: {"kind": "word"})
+    tokenizer_cache: Any = None
+    hub_splits: dict = field(default_factory=lambda: {"train": "train", "val": "validation", "test": "test"})
+    stand_in: Any = None
 
 
-_SCHEMAS = {"algorithmic": AlgorithmicTask, "listops": ListOpsTask, "text_lm": TextLMTask}
+@dataclass
+class TranslationTask(CommonTask):
+    src_lang: str = "en"
+    tgt_lang: str = "de"
+    data_root: str = "data"
+    train: dict = field(default_factory=dict)   # split specs: see tasks/translation.py
+    val: dict = field(default_factory=dict)
+    test: dict = field(default_factory=dict)
+    extra_tests: dict = field(default_factory=dict)
+    stand_in: Any = None
+    tokenizer: dict = field(default_factory=lambda: {"kind": "bpe", "vocab_size": 8000})
+    tokenizer_cache: Any = None
+    max_train_pairs: Any = None
+    max_eval_pairs: Any = None
+    max_src_len: int = 256
+    max_tgt_len: int = 256
+    sacrebleu_tokenize: str = "13a"
+    tokenized_bleu: bool = False
+    reference_note: Any = None
+
+
+_SCHEMAS = {"algorithmic": AlgorithmicTask, "listops": ListOpsTask, "text_lm": TextLMTask,
+            "translation": TranslationTask}
 
 
 def task_schema(loader: str) -> type:

@@ -7,7 +7,9 @@ within seconds offline, and its error names the local alternative.
 from __future__ import annotations
 
 import gzip
+import json
 import os
+import re
 import socket
 from pathlib import Path
 
@@ -30,14 +32,72 @@ def find_file(root: Path, relative: str) -> Path:
     )
 
 
-def read_lines(path: Path) -> list[str]:
+def read_text(path: Path) -> str:
+    """The whole file as UTF-8 (gzip when it ends in .gz); undecodable bytes are reported with their line."""
     try:
         if path.suffix == ".gz":
-            with gzip.open(path, "rt", encoding="utf-8") as f:
-                return f.read().splitlines()
-        return path.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError, EOFError) as exc:
+            with gzip.open(path, "rb") as f:
+                raw = f.read()
+        else:
+            raw = path.read_bytes()
+    except (OSError, EOFError) as exc:
         raise DataError(f"cannot read data file {path}: {exc.__class__.__name__}: {exc}") from None
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        raise DataError(f"{path}:{line}: not UTF-8 ({exc.reason} at byte {exc.start})") from None
+
+
+def read_lines(path: Path) -> list[str]:
+    return read_text(path).splitlines()
+
+
+_SEG = re.compile(r"<seg[^>]*>(.*?)</seg>", re.DOTALL)
+
+
+def read_segments(path: Path) -> list[str]:
+    """The ``<seg>`` texts of a WMT SGML or IWSLT/mteval XML file, in document order, stripped.
+
+    Entities are left as written (sacreBLEU reads WMT SGML the same way); the loader unescapes when asked.
+    """
+    segs = [m.group(1).strip() for m in _SEG.finditer(read_text(path))]
+    if not segs:
+        raise DataError(f"{path}: no <seg> elements found (expected WMT SGML or IWSLT XML)")
+    return segs
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    """One JSON object per line; a line that is not a JSON object is reported with its number."""
+    rows = []
+    for number, line in enumerate(read_lines(path), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise DataError(f"{path}:{number}: not JSON ({exc.msg})") from None
+        if not isinstance(row, dict):
+            raise DataError(f"{path}:{number}: expected a JSON object, got {type(row).__name__}")
+        rows.append(row)
+    return rows
+
+
+def read_tsv(path: Path, *, header: bool, min_columns: int = 1) -> tuple[list[str], list[list[str]]]:
+    """(header fields, rows) of a tab-separated file (a UTF-8 BOM is dropped; quotes are kept as text)."""
+    lines = read_lines(path)
+    if lines and lines[0].startswith("\ufeff"):
+        lines[0] = lines[0][1:]
+    head = lines[0].split("\t") if header and lines else []
+    rows = []
+    for number, line in enumerate(lines[1:] if header else lines, 2 if header else 1):
+        if not line.strip():
+            continue
+        fields = line.split("\t")
+        if len(fields) < min_columns:
+            raise DataError(f"{path}:{number}: {len(fields)} tab-separated columns, expected at least {min_columns}")
+        rows.append(fields)
+    return head, rows
 
 
 def hub_reachable(timeout: float = 3.0) -> bool:

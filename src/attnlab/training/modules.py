@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 
 from attnlab.decoding import beam_search, greedy_decode
-from attnlab.metrics import Perplexity, SequenceAccuracy
+from attnlab.metrics import Perplexity, Ratio, SequenceAccuracy
 from attnlab.models import DecoderLM, EncoderClassifier, EncoderDecoder
 from attnlab.training.schedules import lr_multiplier
 
@@ -37,6 +37,12 @@ class TaskModule(L.LightningModule):
         self.model = self.build_model()
         self._tokens_seen = 0
         self.eval_split_names: list[str] = list(task_info.get("eval_splits", {"test": "test"}))
+        # Set by build_module from the task (plain callables and strings, not hyperparameters): whole-split
+        # scoring of outputs (BLEU, ROUGE, MCC, bAbI failed tasks, ...) against ``references[split]``.
+        self.text_scorer = None
+        self.detokenize = None
+        self.references: dict[str, list] = {}
+        self._hypotheses: dict[int, list[tuple[int, Any]]] = {}
 
     # -- hooks for subclasses -----------------------------------------------------------------------
     def build_model(self) -> torch.nn.Module:
@@ -87,6 +93,36 @@ class TaskModule(L.LightningModule):
     def eval_prefix(self, dataloader_idx: int) -> str:
         return self.eval_split_names[dataloader_idx] if dataloader_idx < len(self.eval_split_names) else "test"
 
+    # -- whole-split scoring -----------------------------------------------------------------------------
+    def on_test_epoch_start(self):
+        self._hypotheses = {}
+
+    def collect_outputs(self, batch, outputs: list, dataloader_idx: int) -> None:
+        """Keep (example index, output) pairs for ``text_scorer``; needs ``ref_index`` in the batch."""
+        if self.text_scorer is not None and "ref_index" in batch:
+            self._hypotheses.setdefault(dataloader_idx, []).extend(zip(batch["ref_index"].tolist(), outputs))
+
+    def log_split_scores(self, idx: int) -> None:
+        if self.text_scorer is None:
+            return
+        for key, value in self._score_split(idx).items():
+            self.log(f"{self.eval_prefix(idx)}/{key}", float(value), add_dataloader_idx=False, sync_dist=False)
+
+    def _score_split(self, idx: int) -> dict[str, float]:
+        """Scores over the whole split: outputs are gathered from every rank, then scored once."""
+        pairs = self._hypotheses.get(idx, [])
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            gathered: list = [None] * torch.distributed.get_world_size()
+            torch.distributed.all_gather_object(gathered, pairs)
+            pairs = [p for part in gathered for p in part]
+        if not pairs:
+            return {}
+        by_index = dict(pairs)  # a DistributedSampler may repeat an example to even out ranks
+        split = list(self.task_info["eval_splits"].values())[idx]
+        refs = self.references[split]
+        order = sorted(by_index)
+        return self.text_scorer([by_index[i] for i in order], [refs[i] for i in order])
+
 
 def _label_smoothed_nll(logits, target, pad_id: int, smoothing: float):
     """(label-smoothed CE summed over tokens, plain NLL summed, token count). Padding is ignored."""
@@ -111,10 +147,6 @@ class Seq2SeqModule(TaskModule):
         self.val_acc = SequenceAccuracy(eos, pad)
         self.test_acc = torch.nn.ModuleList(SequenceAccuracy(eos, pad) for _ in self.eval_split_names)
         self.val_ppl = Perplexity()
-        # Set by build_module from the task (plain callables and strings, not hyperparameters).
-        self.text_scorer = None
-        self.detokenize = None
-        self.references: dict[str, list[str]] = {}
 
     def build_model(self):
         t = self.task_info
@@ -156,13 +188,8 @@ class Seq2SeqModule(TaskModule):
     def test_step(self, batch, batch_idx, dataloader_idx: int = 0):
         predictions = self.decode(batch["src"])
         self.test_acc[dataloader_idx].update(predictions, batch["tgt_out"])
-        if self.text_scorer is not None and "ref_index" in batch:
-            self._hypotheses.setdefault(dataloader_idx, []).extend(
-                zip(batch["ref_index"].tolist(), (self.detokenize(row) for row in predictions.tolist()))
-            )
-
-    def on_test_epoch_start(self):
-        self._hypotheses: dict[int, list[tuple[int, str]]] = {}
+        if self.text_scorer is not None:
+            self.collect_outputs(batch, [self.detokenize(row) for row in predictions.tolist()], dataloader_idx)
 
     def on_test_epoch_end(self):
         for idx, metric in enumerate(self.test_acc):
@@ -172,33 +199,25 @@ class Seq2SeqModule(TaskModule):
             for key, value in metric.compute().items():
                 self.log(f"{prefix}/{key}", value.float(), add_dataloader_idx=False)
             metric.reset()
-            if self.text_scorer is not None:
-                for key, value in self._score_split(idx).items():
-                    self.log(f"{prefix}/{key}", float(value), add_dataloader_idx=False, sync_dist=False)
-
-    def _score_split(self, idx: int) -> dict[str, float]:
-        """Text metrics over the whole split: hypotheses are gathered from every rank, then scored once."""
-        pairs = self._hypotheses.get(idx, [])
-        if torch.distributed.is_available() and torch.distributed.is_initialized():
-            gathered: list = [None] * torch.distributed.get_world_size()
-            torch.distributed.all_gather_object(gathered, pairs)
-            pairs = [p for part in gathered for p in part]
-        if not pairs:
-            return {}
-        by_index = dict(pairs)  # a DistributedSampler may repeat an example to even out ranks
-        split = list(self.task_info["eval_splits"].values())[idx]
-        refs = self.references[split]
-        order = sorted(by_index)
-        return self.text_scorer([by_index[i] for i in order], [refs[i] for i in order])
+            self.log_split_scores(idx)
 
 
 class LMModule(TaskModule):
-    """Decoder-only language model; reports perplexity (natural log, per the task's token unit)."""
+    """Decoder-only language model; reports perplexity (natural log, per the task's token unit).
+
+    Optional batch keys, set by the task: ``word_starts`` (target positions that begin a word: a subword
+    task then also reports word-level perplexity ``word_ppl`` = exp(total NLL / words)) and ``target_mask``
+    (LAMBADA: the last word's positions; reports ``last_word_acc`` and ``last_word_ppl``).
+    """
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.val_ppl = Perplexity()
-        self.test_ppl = torch.nn.ModuleList(Perplexity() for _ in self.eval_split_names)
+        n = len(self.eval_split_names)
+        self.test_ppl = torch.nn.ModuleList(Perplexity() for _ in range(n))
+        self.test_word_ppl = torch.nn.ModuleList(Perplexity() for _ in range(n))
+        self.test_last_ppl = torch.nn.ModuleList(Perplexity() for _ in range(n))
+        self.test_last_acc = torch.nn.ModuleList(Ratio() for _ in range(n))
 
     def build_model(self):
         t = self.task_info
@@ -206,7 +225,10 @@ class LMModule(TaskModule):
 
     def compute_loss(self, batch):
         logits, aux = self.model(batch["ids"])
-        ce, _, tokens = _label_smoothed_nll(logits, batch["target"], self.task_info["pad_id"],
+        target = batch["target"]
+        if "target_mask" in batch:  # LAMBADA-style: train only on the scored words
+            target = target.masked_fill(~batch["target_mask"], self.task_info["pad_id"])
+        ce, _, tokens = _label_smoothed_nll(logits, target, self.task_info["pad_id"],
                                             self.optim_cfg["label_smoothing"])
         return ce / max(tokens, 1), aux, tokens
 
@@ -225,7 +247,18 @@ class LMModule(TaskModule):
         self.val_ppl.reset()
 
     def test_step(self, batch, batch_idx, dataloader_idx: int = 0):
-        self.test_ppl[dataloader_idx].update(*self._nll(batch))
+        logits, _ = self.model(batch["ids"])
+        target, pad = batch["target"], self.task_info["pad_id"]
+        token_nll = F.cross_entropy(logits.float().transpose(1, 2), target, ignore_index=pad, reduction="none")
+        real = target.ne(pad)
+        self.test_ppl[dataloader_idx].update(token_nll.sum(), int(real.sum()))
+        if "word_starts" in batch:
+            self.test_word_ppl[dataloader_idx].update(token_nll.sum(), int((batch["word_starts"] & real).sum()))
+        if "target_mask" in batch:
+            mask = batch["target_mask"] & real
+            self.test_last_ppl[dataloader_idx].update(token_nll[mask].sum(), int(mask.any(1).sum()))
+            right = (logits.argmax(-1).eq(target) | ~mask).all(1) & mask.any(1)
+            self.test_last_acc[dataloader_idx].update(right.sum(), mask.any(1).sum())
 
     def on_test_epoch_end(self):
         for idx, metric in enumerate(self.test_ppl):
@@ -236,10 +269,22 @@ class LMModule(TaskModule):
             self.log(f"{prefix}/loss", out["nll"].float(), add_dataloader_idx=False)
             self.log(f"{prefix}/ppl", out["ppl"].float(), add_dataloader_idx=False)
             metric.reset()
+            words = self.test_word_ppl[idx]
+            if int(words.tokens):
+                self.log(f"{prefix}/word_ppl", words.compute()["ppl"].float(), add_dataloader_idx=False)
+                words.reset()
+            last = self.test_last_ppl[idx]
+            if int(last.tokens):
+                self.log(f"{prefix}/last_word_ppl", last.compute()["ppl"].float(), add_dataloader_idx=False)
+                self.log(f"{prefix}/last_word_acc", 100.0 * self.test_last_acc[idx].compute().float(),
+                         add_dataloader_idx=False)
+                last.reset()
+                self.test_last_acc[idx].reset()
 
 
 class ClassificationModule(TaskModule):
-    """Encoder classifier; reports accuracy."""
+    """Encoder classifier; reports accuracy, plus the task's official metrics (MCC, F1, bAbI failed tasks,
+    ...) through ``text_scorer`` over the whole split when the task sets one."""
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
@@ -271,12 +316,49 @@ class ClassificationModule(TaskModule):
 
     def test_step(self, batch, batch_idx, dataloader_idx: int = 0):
         logits, _ = self.model(batch["ids"])
-        self.test_acc[dataloader_idx].update(logits.argmax(-1), batch["label"])
+        predictions = logits.argmax(-1)
+        self.test_acc[dataloader_idx].update(predictions, batch["label"])
+        self.collect_outputs(batch, predictions.tolist(), dataloader_idx)
 
     def on_test_epoch_end(self):
         for idx, metric in enumerate(self.test_acc):
+            if metric.update_count == 0:
+                continue
             self.log(f"{self.eval_prefix(idx)}/acc", metric.compute().float(), add_dataloader_idx=False)
             metric.reset()
+            self.log_split_scores(idx)
 
 
-MODULES = {"seq2seq": Seq2SeqModule, "lm": LMModule, "classification": ClassificationModule}
+class RegressionModule(TaskModule):
+    """Encoder with one output (STS-B): MSE loss; Pearson/Spearman through the task's ``text_scorer``."""
+
+    def build_model(self):
+        t = self.task_info
+        return EncoderClassifier(self.model_cfg, vocab=t["vocab_size"], pad_id=t["pad_id"],
+                                 max_len=self.model_cfg["max_len"], num_classes=1)
+
+    def _predict(self, batch):
+        out, aux = self.model(batch["ids"])
+        return out.float().squeeze(-1), aux
+
+    def compute_loss(self, batch):
+        pred, aux = self._predict(batch)
+        return F.mse_loss(pred, batch["label"].float()), aux, int(batch["ids"].ne(self.task_info["pad_id"]).sum())
+
+    def validation_step(self, batch, batch_idx):
+        pred, _ = self._predict(batch)
+        self.log("val/loss", F.mse_loss(pred, batch["label"].float()), prog_bar=True)
+
+    def test_step(self, batch, batch_idx, dataloader_idx: int = 0):
+        pred, _ = self._predict(batch)
+        self.log(f"{self.eval_prefix(dataloader_idx)}/mse", F.mse_loss(pred, batch["label"].float()),
+                 add_dataloader_idx=False)
+        self.collect_outputs(batch, pred.tolist(), dataloader_idx)
+
+    def on_test_epoch_end(self):
+        for idx in range(len(self.eval_split_names)):
+            self.log_split_scores(idx)
+
+
+MODULES = {"seq2seq": Seq2SeqModule, "lm": LMModule, "classification": ClassificationModule,
+           "regression": RegressionModule}

@@ -1,0 +1,220 @@
+"""Machine translation (WMT14, IWSLT, Multi30k, TED pairs): parallel text from local files or the hub.
+
+Each split (``train``, ``val``, ``test`` and any ``extra_tests``) is a spec: ``source: local`` with
+``format: lines`` (two aligned files, .gz allowed) or ``format: sgm`` (WMT SGML / IWSLT XML ``<seg>``s), or
+``source: hub`` with ``hub_id``/``hub_config``/``hub_split`` and a ``hub_schema`` (``translation``: WMT/IWSLT
+rows ``{"translation": {lang: text}}``; ``flat``: ``{lang: text}`` as bentrevett/multi30k; ``ted_multi``:
+neulab/ted_multi rows ``{"translations": {"language": [...], "translation": [...]}}``).
+
+One joint BPE vocabulary is trained on both sides of the training text (the papers share source and target
+embeddings). Test hypotheses are detokenized and scored against the split's raw reference strings with
+sacreBLEU (signature in ``metric_flavours``), plus tokenized BLEU where the paper used multi-bleu.perl.
+"""
+
+from __future__ import annotations
+
+import html
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from attnlab.metrics.text import bleu_signature, chrf_signature, corpus_bleu, corpus_chrf, tokenized_bleu
+from attnlab.tasks.base import DataError, TaskData, register_task_family
+from attnlab.tasks.batching import IndexedDataset, IndexedSeq2SeqCollate
+from attnlab.tasks.sources import find_file, load_hub_dataset, read_lines, read_segments, resolve_data_root
+from attnlab.tasks.tokenization import UNK_ESCAPE, Detokenizer, build_tokenizer, encode_all
+from attnlab.tasks.vocab import Vocab
+
+log = logging.getLogger("attnlab")
+
+SPEC_KEYS = {"source", "format", "src", "tgt", "unescape", "hub_id", "hub_config", "hub_split", "hub_schema", "note"}
+
+
+def _check_spec(name: str, spec: dict[str, Any]) -> None:
+    unknown = sorted(set(spec) - SPEC_KEYS)
+    if unknown:
+        raise DataError(f"task.{name}.{unknown[0]} is not a split setting; valid: {', '.join(sorted(SPEC_KEYS))}")
+    if spec.get("source", "local") not in ("local", "hub"):
+        raise DataError(f"task.{name}.source={spec.get('source')!r}; valid: local, hub")
+
+
+def _hub_pairs(spec: dict[str, Any], src_lang: str, tgt_lang: str, hint: str) -> list[tuple[str, str]]:
+    ds = load_hub_dataset(spec["hub_id"], spec.get("hub_config"), local_hint=hint)
+    split = spec.get("hub_split", "train")
+    if split not in ds:
+        raise DataError(f"hub dataset {spec['hub_id']} has no split {split!r}; it has: {', '.join(ds)}")
+    return hub_rows_to_pairs(ds[split], spec.get("hub_schema", "translation"), src_lang, tgt_lang)
+
+
+def hub_rows_to_pairs(rows, schema: str, src_lang: str, tgt_lang: str) -> list[tuple[str, str]]:
+    """(source, target) strings from hub rows of the given schema; ted_multi rows lacking a side are skipped."""
+    pairs = []
+    for row in rows:
+        if schema == "translation":
+            pairs.append((row["translation"][src_lang], row["translation"][tgt_lang]))
+        elif schema == "flat":
+            pairs.append((row[src_lang], row[tgt_lang]))
+        elif schema == "ted_multi":
+            by_lang = dict(zip(row["translations"]["language"], row["translations"]["translation"]))
+            s, t = by_lang.get(src_lang), by_lang.get(tgt_lang)
+            # Qi et al.'s reader drops any pair that contains the corpus' missing-sentence marker.
+            if s and t and "__NULL__" not in s and "__NULL__" not in t:
+                pairs.append((s, t))
+        else:
+            raise DataError(f"hub_schema={schema!r}; valid: translation, flat, ted_multi")
+    return pairs
+
+
+def _local_pairs(spec: dict[str, Any], root, name: str) -> list[tuple[str, str]]:
+    fmt = spec.get("format", "lines")
+    paths = [find_file(root, spec[side]) for side in ("src", "tgt")]
+    if fmt == "lines":
+        src, tgt = (read_lines(p) for p in paths)
+    elif fmt == "sgm":
+        src, tgt = (read_segments(p) for p in paths)
+    else:
+        raise DataError(f"task.{name}.format={fmt!r}; valid: lines, sgm")
+    if len(src) != len(tgt):
+        raise DataError(f"parallel files differ in length: {paths[0]} has {len(src)} segments, "
+                        f"{paths[1]} has {len(tgt)}")
+    if not src:
+        raise DataError(f"split {name} is empty: {paths[0]}")
+    return list(zip(src, tgt))
+
+
+def load_pairs(cfg: dict[str, Any], name: str) -> list[tuple[str, str]]:
+    spec = cfg[name]
+    _check_spec(name, spec)
+    if spec.get("source", "local") == "hub":
+        hint = (f"the local alternative is task=mt/multi30k_en_de (or set task.{name}.source=local with files "
+                f"under paths.data_root)")
+        pairs = _hub_pairs(spec, cfg["src_lang"], cfg["tgt_lang"], hint)
+    else:
+        pairs = _local_pairs(spec, resolve_data_root(cfg["data_root"]), name)
+    if spec.get("unescape"):  # Moses escapes (&apos; &quot; &amp; ...) back to characters
+        pairs = [(html.unescape(s), html.unescape(t)) for s, t in pairs]
+    return [(s.strip(), t.strip()) for s, t in pairs]
+
+
+@dataclass
+class MTScorer:
+    """Corpus BLEU (sacreBLEU), optional tokenized BLEU and chrF of detokenized hypotheses."""
+
+    tokenize: str = "13a"
+    tokenized: bool = False
+    chrf: bool = True
+
+    def __call__(self, hypotheses: list[str], references: list[str]) -> dict[str, float]:
+        out = {"bleu": corpus_bleu(hypotheses, references, tokenize=self.tokenize)}
+        if self.tokenized:
+            out["tok_bleu"] = tokenized_bleu(hypotheses, references)
+        if self.chrf:
+            out["chrf"] = corpus_chrf(hypotheses, references)
+        return out
+
+
+def _truncate(ids: list[int], limit: int) -> tuple[list[int], bool]:
+    return (ids[:limit], True) if limit and len(ids) > limit else (ids, False)
+
+
+@register_task_family("translation")
+def load_translation(cfg: dict[str, Any], seed: int) -> TaskData:
+    train = load_pairs(cfg, "train")
+    kept = [(s, t) for s, t in train if s and t]
+    if len(kept) < len(train):
+        log.info("%s: dropped %d of %d training pairs with an empty side", cfg["name"], len(train) - len(kept),
+                 len(train))
+    train = kept[: cfg["max_train_pairs"]] if cfg.get("max_train_pairs") else kept
+    if not train:
+        raise DataError(f"{cfg['name']}: the training split is empty")
+    val = load_pairs(cfg, "val")
+    tests = {"test": load_pairs(cfg, "test")}
+    for prefix in cfg.get("extra_tests") or {}:
+        cfg_extra = {**cfg, prefix: cfg["extra_tests"][prefix]}
+        tests[prefix] = load_pairs(cfg_extra, prefix)
+    cap = cfg.get("max_eval_pairs")
+    if cap:
+        val = val[:cap]
+        tests = {k: v[:cap] for k, v in tests.items()}
+
+    t = cfg["tokenizer"]
+    kind, vocab_size = t.get("kind", "bpe"), int(t.get("vocab_size", 8000))
+    common = dict(vocab_size=vocab_size, lowercase=bool(t.get("lowercase", False)),
+                  min_frequency=int(t.get("min_frequency", 2)), cache_dir=cfg.get("tokenizer_cache"))
+    joint = bool(t.get("joint", True))
+    tgt_tok = build_tokenizer(kind, [x for pair in train for x in pair] if joint else [y for _, y in train], **common)
+    src_tok = tgt_tok if joint else build_tokenizer(kind, [x for x, _ in train], **common)
+
+    limits = (int(cfg.get("max_src_len") or 0), int(cfg.get("max_tgt_len") or 0))
+    truncated = 0
+    datasets = {}
+    split_pairs = {"train": train, "val": val, **tests}
+    for split, pairs in split_pairs.items():
+        src_ids = encode_all(src_tok, [s for s, _ in pairs])
+        tgt_ids = encode_all(tgt_tok, [y for _, y in pairs])
+        if split == "train":  # evaluation sources are never cut; training pairs are cut and counted
+            rows = []
+            for s, y in zip(src_ids, tgt_ids):
+                s, cut_s = _truncate(s, limits[0])
+                y, cut_t = _truncate(y, limits[1])
+                truncated += cut_s or cut_t
+                rows.append((s, y))
+            src_ids, tgt_ids = [r[0] for r in rows], [r[1] for r in rows]
+        datasets[split] = IndexedDataset(list(zip(src_ids, tgt_ids)))
+    if truncated:
+        log.warning("%s: truncated %d of %d training pairs to max_src_len=%d / max_tgt_len=%d tokens",
+                    cfg["name"], truncated, len(train), *limits)
+
+    dec = cfg.get("decoding") or {}
+    longest_src = max(len(s) for d in datasets.values() for s, _ in d.examples) + 1
+    longest_tgt = max(len(y) for d in datasets.values() for _, y in d.examples) + 1
+    decode_bound = int(float(dec.get("max_len_a", 1.0)) * longest_src + int(dec.get("max_len_b", 10))) + 1
+    max_len = max(longest_src, longest_tgt + 1, decode_bound)
+
+    tokenize = cfg.get("sacrebleu_tokenize", "13a")
+    scorer = MTScorer(tokenize=tokenize, tokenized=bool(cfg.get("tokenized_bleu")))
+    ref_note = cfg.get("reference_note") or "raw (untokenized) reference text"
+    flavours = {
+        "bleu": f"sacreBLEU corpus BLEU, {ref_note}; signature {bleu_signature(tokenize=tokenize)}; "
+                f"<unk> in hypotheses written {UNK_ESCAPE} (fairseq) so it never matches",
+        "chrf": f"sacreBLEU chrF, signature {chrf_signature()}",
+        "decoding": _decoding_text(dec),
+        "tokenizer": f"joint {kind} vocabulary of {tgt_tok.get_vocab_size()} trained on the training text"
+        if joint else f"separate {kind} vocabularies ({src_tok.get_vocab_size()} / {tgt_tok.get_vocab_size()})",
+        "char_acc/seq_acc": "token-level accuracy of the decoded ids against the tokenized reference",
+    }
+    if scorer.tokenized:
+        flavours["tok_bleu"] = ("tokenized BLEU (multi-bleu.perl equivalent: sacreBLEU tokenize=none, "
+                                f"case-sensitive) on the tokenized text; signature {bleu_signature(tokenize='none')}")
+    if cfg.get("stand_in"):
+        flavours["data"] = f"STAND-IN: {cfg['stand_in']}"
+    references = {split: [y for _, y in pairs] for split, pairs in split_pairs.items() if split != "train"}
+    counts = ", ".join(f"{k} {len(v)}" for k, v in split_pairs.items())
+    vocab = Vocab([])
+    return TaskData(
+        kind="seq2seq",
+        datasets=datasets,
+        collate=IndexedSeq2SeqCollate(vocab.pad_id, vocab.bos_id, vocab.eos_id),
+        vocab_size=tgt_tok.get_vocab_size(),
+        src_vocab_size=src_tok.get_vocab_size(),
+        pad_id=vocab.pad_id,
+        bos_id=vocab.bos_id,
+        eos_id=vocab.eos_id,
+        max_len=max_len,
+        eval_splits={k: k for k in tests},
+        metric_flavours=flavours,
+        train_lengths=[len(s) + 1 for s, _ in datasets["train"].examples]
+        + [len(y) + 1 for _, y in datasets["train"].examples],
+        detokenize=Detokenizer(tgt_tok),
+        description=f"{cfg['name']} {cfg['src_lang']}->{cfg['tgt_lang']} ({counts})"
+        + (f"; STAND-IN: {cfg['stand_in']}" if cfg.get("stand_in") else ""),
+        score_text=scorer,
+        references=references,
+    )
+
+
+def _decoding_text(dec: dict[str, Any]) -> str:
+    if dec.get("strategy", "greedy") == "beam":
+        return (f"beam {dec.get('beam_size', 4)}, GNMT length penalty ((5+L)/6)^{dec.get('length_penalty_alpha', 0.6)}, "
+                f"max length {dec.get('max_len_a', 1.0)}*src+{dec.get('max_len_b', 10)}")
+    return f"greedy, max length {dec.get('max_len_a', 1.0)}*src+{dec.get('max_len_b', 10)}"

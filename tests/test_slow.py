@@ -1,0 +1,93 @@
+"""Slow tier: real multi-process and end-to-end runs (``make test-slow``)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from attnlab.results.record import read_record, validate_record
+
+pytestmark = pytest.mark.slow
+
+SMALL = ["model=transformer_tiny", "trainer.max_steps=6", "trainer.val_check_interval=3",
+         "trainer.log_every_n_steps=1", "trainer.enable_progress_bar=false", "batch.sentences_per_update=16",
+         "task.at_scale.cpu.train_size=128", "task.at_scale.cpu.val_size=16", "task.at_scale.cpu.test_size=16",
+         "task.at_scale.cpu.train_max_len=8", "task.at_scale.cpu.test_max_len=16"]
+
+
+def _train(args: list[str], cwd: Path, timeout: int = 600) -> subprocess.CompletedProcess:
+    env = {**os.environ, "WANDB_MODE": "offline", "PYTHONUNBUFFERED": "1"}
+    return subprocess.run([sys.executable, "-m", "attnlab.train", *args], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def test_ddp_sim_two_cpu_processes(tmp_path):
+    """hardware=ddp_sim really starts two gloo processes; rank 0 alone writes one run folder and record."""
+    run_dir = tmp_path / "run"
+    proc = _train([*SMALL, "hardware=ddp_sim", "hardware.max_batch_per_device=8", f"hydra.run.dir={run_dir}"],
+                  tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    record = read_record(run_dir / "results.json")
+    assert validate_record(record) == []
+    assert record["hardware"]["devices"] == 2 and record["status"] == "completed"
+    assert record["cost"]["steps"] == 6
+    assert record["metrics"]["final"]["test/seq_acc"] is not None
+    # one run folder only: the second process reuses the first one's folder (no duplicate outputs)
+    assert [p.name for p in tmp_path.iterdir() if p.is_dir()] == ["run"]
+
+
+def test_multirun_sweep_writes_one_record_per_job(tmp_path):
+    sweep = tmp_path / "sweep"
+    proc = _train(["-m", *SMALL, "seed=1,2", f"hydra.sweep.dir={sweep}"], tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    records = sorted(sweep.glob("*/results.json"))
+    assert len(records) == 2
+    assert {json.loads(p.read_text())["seed"] for p in records} == {1, 2}
+
+
+def test_copy_task_is_learned_at_training_length(tmp_path):
+    """A real (short) training run: the demo model learns to copy strings of its training lengths."""
+    run_dir = tmp_path / "run"
+    proc = _train(["experiment=demo/copy", "trainer.max_steps=600", "trainer.val_check_interval=300",
+                   "trainer.enable_progress_bar=false", "logger=csv", f"hydra.run.dir={run_dir}"], tmp_path,
+                  timeout=1200)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    record = read_record(run_dir / "results.json")
+    assert record["metrics"]["final"]["test_train_len/char_acc"] > 0.9
+
+
+def test_ponder_heatmap_notebook_runs(tmp_path):
+    """The notebook trains a small UT+ACT run and draws its ponder-time heatmap."""
+    nbformat = pytest.importorskip("nbformat", reason="notebooks need the dev extras (nbformat, nbclient)")
+    from nbclient import NotebookClient
+
+    path = Path(__file__).resolve().parents[1] / "notebooks" / "ponder_heatmaps.ipynb"
+    nb = nbformat.read(path, as_version=4)
+    os.environ.pop("ATTNLAB_RUN_DIR", None)  # the notebook then trains its own small run
+    NotebookClient(nb, timeout=900, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
+    outputs = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []))
+    assert "saved" in outputs and "heatmap.png" in outputs
+
+
+def test_configs_work_from_an_installed_wheel(tmp_path):
+    """A non-editable install carries its configs: compose from the wheel, outside the source tree."""
+    repo = Path(__file__).resolve().parents[1]
+    wheel_dir, target = tmp_path / "wheel", tmp_path / "site"
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w",
+                    str(wheel_dir), str(repo)], check=True, capture_output=True, timeout=600)
+    wheel = next(wheel_dir.glob("attnlab-*.whl"))
+    subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(target), str(wheel)],
+                   check=True, capture_output=True, timeout=600)
+    code = ("import attnlab; from attnlab.cli.common import compose_checked; "
+            "cfg = compose_checked('train', ['experiment=demo/copy', 'model/recurrence=ut_act', 'paths.run_dir=x']); "
+            "print(attnlab.__file__); print(cfg.model.recurrence.name)")
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "PYTHONPATH": str(target)})
+    assert out.returncode == 0, out.stderr[-2000:]
+    installed_at, recurrence = out.stdout.split()[-2:]
+    assert installed_at.startswith(str(target)) and recurrence == "ut_act"
