@@ -68,3 +68,6 @@ tables: $(STAMP) ## Rebuild every results table from the stored run records (no 
 clean: ## Remove the virtual environment and caches (runs/ and results/ stay)
 	rm -rf $(VENV) .pytest_cache .ruff_cache
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +
+
+# Paper-table targets (make reproduce-<paper>-<table>)
+include make/reproduce.mk

@@ -134,3 +134,20 @@ def test_validation_refuses_bad_values_with_one_line(overrides, fragment, tmp_pa
     message = str(info.value)
     assert fragment in message
     assert "\n" not in message
+
+
+def test_submitit_slurm_launcher_composes_for_cluster_sweeps():
+    """``hydra/launcher=submitit_slurm_attnlab`` resolves to the submitit SLURM plugin with the run's geometry."""
+    pytest.importorskip("hydra_plugins.hydra_submitit_launcher", reason="needs the [slurm] extra")
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_module
+    from hydra.core.global_hydra import GlobalHydra
+
+    GlobalHydra.instance().clear()
+    with initialize_config_module(config_module="attnlab.conf", version_base="1.3"):
+        cfg = hydra_compose("train", overrides=["hydra/launcher=submitit_slurm_attnlab", "hardware=multinode"],
+                            return_hydra_config=True)
+    launcher = cfg.hydra.launcher
+    assert "submitit" in launcher._target_.lower() and "slurm" in launcher._target_.lower()
+    assert launcher.nodes == 2 and launcher.tasks_per_node == 8 and launcher.gpus_per_node == 8
+    assert launcher.max_num_timeout > 0 and launcher.signal_delay_s > 0

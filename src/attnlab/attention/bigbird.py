@@ -11,6 +11,8 @@ from torch import nn
 
 from attnlab.attention._cache import append_padding, append_to_cache
 from attnlab.attention.base import Attention, AttentionError, Cache, Capabilities
+from attnlab.attention.kernels.blocksparse_blocked import blocked_blocksparse_attention
+from attnlab.attention.kernels.blocksparse_flex import flex_available, flex_blocksparse_attention
 from attnlab.attention.kernels.blocksparse_reference import (
     BlockSparsePlan,
     attend_gathered,
@@ -34,6 +36,10 @@ class BigBirdOptions:
     resample: str = "never"
     dense_fallback_len: int | None = None
     bias: bool = True
+    impl: str = "auto"
+
+
+IMPLS = ("auto", "reference", "blocked", "flex")
 
 
 def build_bigbird_plan(
@@ -128,8 +134,15 @@ class BigBirdAttention(Attention):
         cached keys and equals the full forward.
     21. No attention dropout in the sparse path (as the official code) nor in the dense fallback, so the
         fallback does not change regularisation; the model's residual dropout is unaffected.
-    22. The sparse core is ``kernels.blocksparse_reference`` (plain tensor gathers, O(L) memory, no
-        L x L score matrix); a FlexAttention kernel can be built from the same plan tables.
+    22. The sparse core (option ``impl``) is one of three kernels over the same plan tables, equal in
+        value and gradient (tests/attention/test_bigbird_fast.py): ``reference``
+        (``kernels.blocksparse_reference``: plain tensor gathers under autograd, O(L) memory, no L x L
+        score matrix); ``blocked`` (``kernels.blocksparse_blocked``: cache-sized chunks of query rows
+        and a hand-written backward, the fast CPU path); ``flex`` (``kernels.blocksparse_flex``:
+        FlexAttention with a BlockMask built from the plan, compiled; on CPU forward only, since torch
+        2.13 has no CPU backward for it; ETC tokens unsupported). ``auto`` picks flex on CUDA (blocked
+        with ETC tokens) and blocked elsewhere. Incremental decoding always uses the reference row
+        gather (one block row per step).
     ETC mode (``num_global_tokens`` > 0, patent claims): that many learned global tokens are prepended
     as keys/values visible to every query, and removed from the output. Since this module is one layer,
     their own query outputs would be discarded, so only their keys and values are computed.
@@ -156,6 +169,10 @@ class BigBirdAttention(Attention):
             raise AttentionError(f"bigbird: resample must be 'never' or 'every_step', got {o.resample!r}")
         if o.num_global_tokens < 0:
             raise AttentionError(f"bigbird: num_global_tokens must be >= 0, got {o.num_global_tokens}")
+        if o.impl not in IMPLS:
+            raise AttentionError(f"bigbird: impl must be one of {', '.join(IMPLS)}, got {o.impl!r}")
+        if o.impl == "flex" and o.num_global_tokens:
+            raise AttentionError("bigbird: impl=flex does not support num_global_tokens > 0; use impl=auto")
         self.block_size = o.block_size
         self.full_blocks = o.num_global_blocks + o.window_blocks + o.num_random_blocks
         exact_limit = self.full_blocks * o.block_size
@@ -249,8 +266,31 @@ class BigBirdAttention(Attention):
                 pad = torch.zeros(b, length, dtype=torch.bool, device=x.device)
             pad = F.pad(pad, (0, extra), value=True)
         plan = self.plan_for_length(length, x.device)
-        out = blocksparse_attention(q, k, v, plan, key_padding_mask=pad, extra_k=ek, extra_v=ev, scale=scale)
+        out = self._sparse_core(q, k, v, plan, pad, ek, ev, scale)
         return self.out_proj(self.merge_heads(out[:, :, :length]))
+
+    def kernel_for(self, device: torch.device, need_grad: bool) -> str:
+        """The sparse kernel a forward on ``device`` uses (option ``impl``, ``auto`` resolved)."""
+        impl = self.options.impl
+        if impl == "auto":
+            use_flex = device.type == "cuda" and self.global_tokens is None and flex_available(device, need_grad)
+            return "flex" if use_flex else "blocked"
+        if impl == "flex" and not flex_available(device, need_grad):
+            raise AttentionError(
+                f"bigbird: impl=flex cannot serve this call on {device.type} (FlexAttention has no "
+                f"{'backward' if need_grad else 'kernel'} there in torch {torch.__version__}); use impl=auto"
+            )
+        return impl
+
+    def _sparse_core(self, q, k, v, plan, pad, ek, ev, scale):
+        need_grad = torch.is_grad_enabled() and any(
+            t is not None and t.requires_grad for t in (q, k, v, ek, ev)
+        )
+        kernel = self.kernel_for(q.device, need_grad)
+        if kernel == "flex":
+            return flex_blocksparse_attention(q, k, v, plan, key_padding_mask=pad, scale=scale)
+        fn = blocked_blocksparse_attention if kernel == "blocked" else blocksparse_attention
+        return fn(q, k, v, plan, key_padding_mask=pad, extra_k=ek, extra_v=ev, scale=scale)
 
     def _incremental(self, x, key_padding_mask, cache: Cache) -> torch.Tensor:
         if not self.causal:

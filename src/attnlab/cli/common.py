@@ -21,9 +21,18 @@ def user_errors() -> tuple[type[BaseException], ...]:
 
     from attnlab.attention import AttentionError
     from attnlab.tasks import DataError
+    from attnlab.training.checkpointing import CheckpointError
     from attnlab.training.config import ConfigError
 
-    return (ConfigError, DataError, AttentionError, HydraException, OmegaConfBaseException, FileNotFoundError)
+    return (ConfigError, DataError, AttentionError, CheckpointError, HydraException, OmegaConfBaseException,
+            FileNotFoundError)
+
+
+def run_errors() -> tuple[type[BaseException], ...]:
+    """Faults of a run that are not bad input (a NaN loss, a full disk), also reported as one line."""
+    from attnlab.training.faults import NonFiniteLoss, StorageError
+
+    return (NonFiniteLoss, StorageError)
 
 
 def one_line(exc: BaseException) -> str:
@@ -70,9 +79,10 @@ def compose(config_name: str, overrides: list[str]) -> DictConfig:
 def compose_checked(config_name: str, overrides: list[str]) -> DictConfig:
     """Compose, apply the scale and validate, as the run will; raises the user errors above."""
     from attnlab.training.config import validate
-    from attnlab.training.run import apply_scale
+    from attnlab.training.run import apply_scale, check_resume_config
 
     cfg = compose(config_name, overrides)
     apply_scale(cfg, overrides)
     validate(cfg)
+    check_resume_config(cfg)
     return cfg

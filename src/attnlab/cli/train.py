@@ -1,8 +1,15 @@
 """``attnlab-train``: a thin Hydra entry point over ``attnlab.training.run``.
 
 Before Hydra starts a single run, the config is composed and checked once (``preflight``), so bad input
-gets one line, exit code 2, and no run folder. In a multirun each job is checked on its own; a failing
-job writes a failed run record and the sweep goes on.
+gets one line, exit code 2, and no run folder. Whatever goes wrong after that is written to the run
+record (``status: failed`` and why) and wandb is closed, so a multirun goes on with its next job:
+
+- bad input found late (data, checkpoint files): one line, exit 2;
+- a NaN/Inf loss or a run folder that cannot take the files: one line, exit 1;
+- a stop signal (SIGTERM, SIGUSR1, SIGUSR2): checkpoint saved, one line, exit 128+signal, or submitit's
+  handler requeues the job;
+- anything unexpected: recorded, then re-raised with its traceback (a bug to report); in a multirun the
+  traceback goes to the job's log and the sweep goes on.
 """
 
 from __future__ import annotations
@@ -10,11 +17,12 @@ from __future__ import annotations
 import logging
 import os
 import sys
+from pathlib import Path
 
 import hydra
 from omegaconf import DictConfig
 
-from attnlab.cli.common import HYDRA_FLAGS, compose_checked, fail, one_line, user_errors
+from attnlab.cli.common import HYDRA_FLAGS, compose_checked, fail, one_line, run_errors, user_errors
 
 log = logging.getLogger("attnlab")
 
@@ -23,20 +31,36 @@ log = logging.getLogger("attnlab")
 def hydra_main(cfg: DictConfig) -> None:
     from hydra.core.hydra_config import HydraConfig
 
-    from attnlab.training.run import run, write_failed_record
+    from attnlab.training.checkpointing import Preempted
+    from attnlab.training.run import close_wandb, run, write_failed_record
 
     hc = HydraConfig.get()
     overrides = list(hc.overrides.task)
     command = " ".join(["attnlab-train", *overrides])
     multirun = hc.mode.name == "MULTIRUN"
+    out = hc.runtime.output_dir
     try:
-        record = run(cfg, run_dir=hc.runtime.output_dir, command=command, cli_overrides=overrides)
-    except user_errors() as exc:
-        write_failed_record(cfg, hc.runtime.output_dir, command, one_line(exc))
+        record = run(cfg, run_dir=out, command=command, cli_overrides=overrides)
+    except Preempted as exc:
+        log.warning("%s", exc)
+        if callable(exc.previous_handler):
+            exc.previous_handler(exc.signum, None)  # e.g. submitit: requeue this job, then exit
+        fail(str(exc), code=128 + int(exc.signum))
+    except user_errors() + run_errors() as exc:
+        write_failed_record(cfg, out, command, one_line(exc))
         if multirun:
             log.error("job failed: %s", one_line(exc))
             return
-        fail(one_line(exc))
+        fail(one_line(exc), code=2 if isinstance(exc, user_errors()) else 1)
+    except Exception as exc:
+        reason = f"{exc.__class__.__name__}: {one_line(exc)}"
+        write_failed_record(cfg, out, command, reason)
+        if multirun:
+            log.exception("job failed: %s", reason)  # the traceback lands in the job's train.log
+            return
+        raise
+    finally:
+        close_wandb()
     metrics = record["metrics"]["final"]
     shown = {k: v for k, v in metrics.items() if k.startswith(("test", "val/"))}
     log.info("run record: %s/results.json", record["run_dir"])
@@ -47,13 +71,27 @@ def hydra_main(cfg: DictConfig) -> None:
 def main(argv: list[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not any(a in HYDRA_FLAGS or a.startswith(tuple(f + "=" for f in HYDRA_FLAGS)) for a in argv):
+        from attnlab.training.faults import check_can_create
+
         try:
             compose_checked("train", argv)
-        except user_errors() as exc:
+            check_can_create(Path(_planned_run_dir(argv)))
+        except user_errors() + run_errors() as exc:
             fail(one_line(exc))
     os.environ.setdefault("HYDRA_FULL_ERROR", "0")
     sys.argv = [sys.argv[0], *argv]
     hydra_main()
+
+
+def _planned_run_dir(argv: list[str]) -> str:
+    """Where Hydra will put this single run (timestamps may differ by a second; only the parent matters)."""
+    from hydra import compose, initialize_config_module
+    from hydra.core.global_hydra import GlobalHydra
+
+    GlobalHydra.instance().clear()
+    with initialize_config_module(config_module="attnlab.conf", version_base="1.3"):
+        cfg = compose("train", overrides=argv, return_hydra_config=True)
+        return str(cfg.hydra.run.dir)
 
 
 if __name__ == "__main__":

@@ -63,7 +63,17 @@ def register_task_family(loader: str):
 
 
 def _load_families() -> None:
-    from attnlab.tasks import algorithmic, listops, text_lm, translation  # noqa: F401  (register)
+    from attnlab.tasks import (  # noqa: F401  (register)
+        algorithmic,
+        babi,
+        dialogue,
+        glue,
+        lambada,
+        listops,
+        summarization,
+        text_lm,
+        translation,
+    )
 
 
 def build_task(task_cfg: dict[str, Any], seed: int) -> TaskData:
@@ -71,4 +81,6 @@ def build_task(task_cfg: dict[str, Any], seed: int) -> TaskData:
     loader = task_cfg["loader"]
     if loader not in _FAMILIES:
         raise DataError(f"unknown task loader {loader!r}; valid: {', '.join(sorted(_FAMILIES))}")
-    return _FAMILIES[loader](task_cfg, seed)
+    from attnlab.tasks.schemas import with_defaults
+
+    return _FAMILIES[loader](with_defaults(task_cfg), seed)

@@ -76,6 +76,14 @@ class LMCollate:
         self.pad_id = pad_id
 
     def __call__(self, batch):
+        if batch and isinstance(batch[0], dict):  # scored positions only (LAMBADA's last word)
+            ids = pad_batch([b["ids"] for b in batch], self.pad_id)
+            mask = pad_batch([b["mask"] for b in batch], 0).bool()
+            return {"ids": ids[:, :-1], "target": ids[:, 1:], "target_mask": mask[:, 1:]}
+        if batch and isinstance(batch[0], tuple):  # (ids, word-start flags): subword LM
+            ids = pad_batch([b[0] for b in batch], self.pad_id)
+            starts = pad_batch([b[1] for b in batch], 0).bool()
+            return {"ids": ids[:, :-1], "target": ids[:, 1:], "word_starts": starts[:, 1:]}
         ids = pad_batch(batch, self.pad_id)
         return {"ids": ids[:, :-1], "target": ids[:, 1:]}
 

@@ -84,11 +84,112 @@ class TranslationTask(CommonTask):
     reference_note: Any = None
 
 
+@dataclass
+class Seq2SeqTextCommon(CommonTask):
+    data_root: str = "data"
+    source: str = "local"
+    files: dict = field(default_factory=dict)
+    hub_id: Any = None
+    hub_config: Any = None
+    hub_splits: dict = field(default_factory=lambda: {"train": "train", "val": "validation", "test": "test"})
+    stand_in: Any = None
+    tokenizer: dict = field(default_factory=lambda: {"kind": "bpe", "vocab_size": 8000})
+    tokenizer_cache: Any = None
+    max_train_pairs: Any = None
+    max_eval_pairs: Any = None
+    max_src_len: int = 512
+    max_tgt_len: int = 128
+
+
+@dataclass
+class SummarizationTask(Seq2SeqTextCommon):
+    source_field: str = "article"
+    target_field: str = "highlights"
+
+
+@dataclass
+class DialogueTask(Seq2SeqTextCommon):
+    history_turns: int = 3         # previous utterances kept in the source
+    use_persona: bool = True
+    split_fractions: dict = field(default_factory=dict)   # {train, val, test} by dialogue id, local copy
+    seed_split: int = 0
+
+
+@dataclass
+class BabiTask(CommonTask):
+    data_root: str = "data"
+    variant: str = "en"               # en (1k) | en-10k
+    tasks: Any = "all"                # "all" or a list of task ids 1..20
+    joint: bool = True                # one model on all listed tasks; false: exactly one task per run
+    val_fraction: float = 0.1
+    max_story_sentences: Any = None
+    max_questions_per_task: Any = None
+    tokenizer_cache: Any = None
+
+
+@dataclass
+class GlueTask(CommonTask):
+    data_root: str = "data"
+    source: str = "local"
+    files: dict = field(default_factory=dict)       # {train, val, ...}: relative paths
+    format: str = "tsv"                             # tsv | jsonl | wic
+    header: bool = True
+    text_fields: list = field(default_factory=list)  # column names / indices, or (dotted) JSON keys
+    label_field: Any = "label"
+    label_values: Any = None                        # class labels in order; null: regression (STS-B)
+    hub_id: Any = None
+    hub_config: Any = None
+    hub_splits: dict = field(default_factory=lambda: {"train": "train", "val": "validation"})
+    hub_text_fields: list = field(default_factory=list)
+    hub_label_field: str = "label"
+    metrics: list = field(default_factory=lambda: ["acc"])
+    eval_splits: dict = field(default_factory=lambda: {"test": "val"})
+    holdout_fraction: Any = None
+    seed_split: int = 0
+    stand_in: Any = None
+    tokenizer: dict = field(default_factory=lambda: {"kind": "wordpiece", "vocab_size": 8000, "lowercase": True})
+    tokenizer_cache: Any = None
+    max_seq_len: int = 128
+    max_train_examples: Any = None
+
+
+@dataclass
+class LambadaTask(CommonTask):
+    data_root: str = "data"
+    lm_files: dict = field(default_factory=dict)      # {train, val}: the LM corpus
+    lm_corpus_name: str = ""
+    eval_files: dict = field(default_factory=dict)    # {metric prefix: passages file}
+    tokenizer: dict = field(default_factory=lambda: {"kind": "bpe", "vocab_size": 8000})
+    tokenizer_cache: Any = None
+    block_len: int = 256
+    max_train_tokens: Any = None
+    max_eval_passages: Any = None
+
+
 _SCHEMAS = {"algorithmic": AlgorithmicTask, "listops": ListOpsTask, "text_lm": TextLMTask,
-            "translation": TranslationTask}
+            "translation": TranslationTask, "summarization": SummarizationTask, "dialogue": DialogueTask,
+            "babi": BabiTask, "glue": GlueTask,
+            "lambada": LambadaTask}
 
 
 def task_schema(loader: str) -> type:
     if loader not in _SCHEMAS:
         raise DataError(f"task.loader={loader!r}; valid: {', '.join(sorted(_SCHEMAS))}")
     return _SCHEMAS[loader]
+
+
+def with_defaults(cfg: dict[str, Any]) -> dict[str, Any]:
+    """``cfg`` with the schema's default for every key it leaves out (loaders then index keys directly)."""
+    import dataclasses
+
+    schema = _SCHEMAS.get(cfg.get("loader"))
+    if schema is None:
+        return cfg
+    out = dict(cfg)
+    for f in dataclasses.fields(schema):
+        if f.name not in out:
+            if f.default is not dataclasses.MISSING:
+                out[f.name] = f.default
+            elif f.default_factory is not dataclasses.MISSING:
+                out[f.name] = f.default_factory()
+    return out

@@ -120,6 +120,36 @@ def _truncate(ids: list[int], limit: int) -> tuple[list[int], bool]:
 @register_task_family("translation")
 def load_translation(cfg: dict[str, Any], seed: int) -> TaskData:
     train = load_pairs(cfg, "train")
+    val = load_pairs(cfg, "val")
+    tests = {"test": load_pairs(cfg, "test")}
+    for prefix in cfg.get("extra_tests") or {}:
+        tests[prefix] = load_pairs({**cfg, prefix: cfg["extra_tests"][prefix]}, prefix)
+    tokenize = cfg.get("sacrebleu_tokenize", "13a")
+    scorer = MTScorer(tokenize=tokenize, tokenized=bool(cfg.get("tokenized_bleu")))
+    ref_note = cfg.get("reference_note") or "raw (untokenized) reference text"
+    flavours = {
+        "bleu": f"sacreBLEU corpus BLEU, {ref_note}; signature {bleu_signature(tokenize=tokenize)}; "
+                f"<unk> in hypotheses written {UNK_ESCAPE} (fairseq) so it never matches",
+        "chrf": f"sacreBLEU chrF, signature {chrf_signature()}",
+    }
+    if scorer.tokenized:
+        flavours["tok_bleu"] = ("tokenized BLEU (multi-bleu.perl equivalent: sacreBLEU tokenize=none, "
+                                f"case-sensitive) on the tokenized text; signature {bleu_signature(tokenize='none')}")
+    return text_seq2seq_task(cfg, {"train": train, "val": val, **tests}, scorer, flavours,
+                             f"{cfg['src_lang']}->{cfg['tgt_lang']}")
+
+
+def text_seq2seq_task(cfg: dict[str, Any], split_pairs: dict[str, list[tuple[str, str]]], scorer,
+                      flavours: dict[str, str], what: str, *, truncate_eval_src: bool = False,
+                      postprocess=None) -> TaskData:
+    """A seq2seq TaskData over (source text, target text) pairs: subword tokenizer, datasets, references.
+
+    ``split_pairs`` holds ``train``, ``val`` and the evaluation splits (every other key, ``test`` first).
+    Training pairs longer than ``max_src_len`` / ``max_tgt_len`` tokens are cut, counted and logged;
+    evaluation sources are cut only with ``truncate_eval_src`` (summarization), also counted.
+    ``postprocess`` maps a detokenized hypothesis to the reference's form before scoring.
+    """
+    train = split_pairs["train"]
     kept = [(s, t) for s, t in train if s and t]
     if len(kept) < len(train):
         log.info("%s: dropped %d of %d training pairs with an empty side", cfg["name"], len(train) - len(kept),
@@ -127,15 +157,11 @@ def load_translation(cfg: dict[str, Any], seed: int) -> TaskData:
     train = kept[: cfg["max_train_pairs"]] if cfg.get("max_train_pairs") else kept
     if not train:
         raise DataError(f"{cfg['name']}: the training split is empty")
-    val = load_pairs(cfg, "val")
-    tests = {"test": load_pairs(cfg, "test")}
-    for prefix in cfg.get("extra_tests") or {}:
-        cfg_extra = {**cfg, prefix: cfg["extra_tests"][prefix]}
-        tests[prefix] = load_pairs(cfg_extra, prefix)
     cap = cfg.get("max_eval_pairs")
-    if cap:
-        val = val[:cap]
-        tests = {k: v[:cap] for k, v in tests.items()}
+    split_pairs = {k: (train if k == "train" else v[:cap] if cap else v) for k, v in split_pairs.items()}
+    for k, v in split_pairs.items():
+        if not v:
+            raise DataError(f"{cfg['name']}: split {k} is empty")
 
     t = cfg["tokenizer"]
     kind, vocab_size = t.get("kind", "bpe"), int(t.get("vocab_size", 8000))
@@ -146,24 +172,25 @@ def load_translation(cfg: dict[str, Any], seed: int) -> TaskData:
     src_tok = tgt_tok if joint else build_tokenizer(kind, [x for x, _ in train], **common)
 
     limits = (int(cfg.get("max_src_len") or 0), int(cfg.get("max_tgt_len") or 0))
-    truncated = 0
     datasets = {}
-    split_pairs = {"train": train, "val": val, **tests}
     for split, pairs in split_pairs.items():
         src_ids = encode_all(src_tok, [s for s, _ in pairs])
         tgt_ids = encode_all(tgt_tok, [y for _, y in pairs])
-        if split == "train":  # evaluation sources are never cut; training pairs are cut and counted
+        cut = 0
+        if split == "train" or truncate_eval_src:
             rows = []
             for s, y in zip(src_ids, tgt_ids):
                 s, cut_s = _truncate(s, limits[0])
-                y, cut_t = _truncate(y, limits[1])
-                truncated += cut_s or cut_t
+                if split == "train":
+                    y, cut_t = _truncate(y, limits[1])
+                    cut_s = cut_s or cut_t
+                cut += cut_s
                 rows.append((s, y))
             src_ids, tgt_ids = [r[0] for r in rows], [r[1] for r in rows]
+        if cut:
+            log.warning("%s: truncated %d of %d %s pairs to max_src_len=%d / max_tgt_len=%d tokens",
+                        cfg["name"], cut, len(pairs), split, *limits)
         datasets[split] = IndexedDataset(list(zip(src_ids, tgt_ids)))
-    if truncated:
-        log.warning("%s: truncated %d of %d training pairs to max_src_len=%d / max_tgt_len=%d tokens",
-                    cfg["name"], truncated, len(train), *limits)
 
     dec = cfg.get("decoding") or {}
     longest_src = max(len(s) for d in datasets.values() for s, _ in d.examples) + 1
@@ -171,26 +198,20 @@ def load_translation(cfg: dict[str, Any], seed: int) -> TaskData:
     decode_bound = int(float(dec.get("max_len_a", 1.0)) * longest_src + int(dec.get("max_len_b", 10))) + 1
     max_len = max(longest_src, longest_tgt + 1, decode_bound)
 
-    tokenize = cfg.get("sacrebleu_tokenize", "13a")
-    scorer = MTScorer(tokenize=tokenize, tokenized=bool(cfg.get("tokenized_bleu")))
-    ref_note = cfg.get("reference_note") or "raw (untokenized) reference text"
     flavours = {
-        "bleu": f"sacreBLEU corpus BLEU, {ref_note}; signature {bleu_signature(tokenize=tokenize)}; "
-                f"<unk> in hypotheses written {UNK_ESCAPE} (fairseq) so it never matches",
-        "chrf": f"sacreBLEU chrF, signature {chrf_signature()}",
+        **flavours,
         "decoding": _decoding_text(dec),
         "tokenizer": f"joint {kind} vocabulary of {tgt_tok.get_vocab_size()} trained on the training text"
         if joint else f"separate {kind} vocabularies ({src_tok.get_vocab_size()} / {tgt_tok.get_vocab_size()})",
         "char_acc/seq_acc": "token-level accuracy of the decoded ids against the tokenized reference",
     }
-    if scorer.tokenized:
-        flavours["tok_bleu"] = ("tokenized BLEU (multi-bleu.perl equivalent: sacreBLEU tokenize=none, "
-                                f"case-sensitive) on the tokenized text; signature {bleu_signature(tokenize='none')}")
     if cfg.get("stand_in"):
         flavours["data"] = f"STAND-IN: {cfg['stand_in']}"
+    eval_names = [k for k in split_pairs if k not in ("train", "val")]
     references = {split: [y for _, y in pairs] for split, pairs in split_pairs.items() if split != "train"}
     counts = ", ".join(f"{k} {len(v)}" for k, v in split_pairs.items())
     vocab = Vocab([])
+    detok = Detokenizer(tgt_tok)
     return TaskData(
         kind="seq2seq",
         datasets=datasets,
@@ -201,20 +222,30 @@ def load_translation(cfg: dict[str, Any], seed: int) -> TaskData:
         bos_id=vocab.bos_id,
         eos_id=vocab.eos_id,
         max_len=max_len,
-        eval_splits={k: k for k in tests},
+        eval_splits={k: k for k in eval_names},
         metric_flavours=flavours,
         train_lengths=[len(s) + 1 for s, _ in datasets["train"].examples]
         + [len(y) + 1 for _, y in datasets["train"].examples],
-        detokenize=Detokenizer(tgt_tok),
-        description=f"{cfg['name']} {cfg['src_lang']}->{cfg['tgt_lang']} ({counts})"
+        detokenize=detok if postprocess is None else _Post(detok, postprocess),
+        description=f"{cfg['name']} {what} ({counts})"
         + (f"; STAND-IN: {cfg['stand_in']}" if cfg.get("stand_in") else ""),
         score_text=scorer,
         references=references,
     )
 
 
+@dataclass
+class _Post:
+    detok: Any
+    post: Any
+
+    def __call__(self, ids):
+        return self.post(self.detok(ids))
+
+
 def _decoding_text(dec: dict[str, Any]) -> str:
     if dec.get("strategy", "greedy") == "beam":
-        return (f"beam {dec.get('beam_size', 4)}, GNMT length penalty ((5+L)/6)^{dec.get('length_penalty_alpha', 0.6)}, "
+        alpha = dec.get("length_penalty_alpha", 0.6)
+        return (f"beam {dec.get('beam_size', 4)}, GNMT length penalty ((5+L)/6)^{alpha}, "
                 f"max length {dec.get('max_len_a', 1.0)}*src+{dec.get('max_len_b', 10)}")
     return f"greedy, max length {dec.get('max_len_a', 1.0)}*src+{dec.get('max_len_b', 10)}"

@@ -59,6 +59,13 @@ class TaskModule(L.LightningModule):
         for key, value in aux.items():
             if key.startswith("loss/"):
                 total = total + value
+        # Checked before backward so a NaN/Inf never reaches the weights (run.py attaches the guard).
+        guard = getattr(self, "nonfinite_guard", None)
+        terms = {"nll": loss, **{k[5:]: v for k, v in aux.items() if k.startswith("loss/")}}
+        if guard is not None and not guard.check(self, total, {"loss": total, **terms}):
+            return None  # nan_policy=skip: no backward, no update for this batch
+        for key, value in aux.items():
+            if key.startswith("loss/"):
                 self.log(f"train/{key[5:]}", value.detach(), on_step=True, on_epoch=False)
             elif key.startswith("log/"):
                 self.log(f"train/{key[4:]}", float(value), on_step=True, on_epoch=False)
@@ -324,9 +331,12 @@ class ClassificationModule(TaskModule):
         for idx, metric in enumerate(self.test_acc):
             if metric.update_count == 0:
                 continue
-            self.log(f"{self.eval_prefix(idx)}/acc", metric.compute().float(), add_dataloader_idx=False)
+            scores = self._score_split(idx) if self.text_scorer is not None else {}
+            if "acc" not in scores:  # a task's own accuracy (GLUE, 0-100) replaces the plain fraction
+                self.log(f"{self.eval_prefix(idx)}/acc", metric.compute().float(), add_dataloader_idx=False)
             metric.reset()
-            self.log_split_scores(idx)
+            for key, value in scores.items():
+                self.log(f"{self.eval_prefix(idx)}/{key}", float(value), add_dataloader_idx=False, sync_dist=False)
 
 
 class RegressionModule(TaskModule):

@@ -6,13 +6,16 @@
 
 from __future__ import annotations
 
+import errno
 import logging
 import math
 import os
 import platform
+import signal
 import subprocess
 import sys
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -23,9 +26,30 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 import attnlab
 from attnlab.tasks import TaskData, build_task
 from attnlab.training.callbacks import BestMetrics, PonderStats, Throughput
+from attnlab.training.checkpointing import (
+    AtomicCheckpointIO,
+    CheckpointError,
+    LastCheckpoint,
+    Preempted,
+    RandomState,
+    checkpoint_step,
+    find_resume_checkpoint,
+    has_checkpoints,
+    init_weights_from,
+    load_checkpoint_file,
+    remove_partial_files,
+)
 from attnlab.training.config import ConfigError, validate
-from attnlab.training.data import TaskDataModule
+from attnlab.training.faults import (
+    NAN_POLICIES,
+    NonFiniteGuard,
+    StorageError,
+    check_free_space,
+    check_writable,
+    checkpoint_bytes,
+)
 from attnlab.training.modules import MODULES, TaskModule, count_parameters
+from attnlab.training.resumable import ResumableCSVLogger, ResumableDataModule
 
 log = logging.getLogger("attnlab")
 
@@ -120,30 +144,109 @@ def build_module(cfg: DictConfig, task: TaskData | None = None) -> TaskModule:
     return module
 
 
-def build_datamodule(cfg: DictConfig, task: TaskData | None = None) -> TaskDataModule:
+def build_datamodule(cfg: DictConfig, task: TaskData | None = None) -> ResumableDataModule:
     task = task or build_task_data(cfg)
     micro, _ = derive_batching(cfg)
-    return TaskDataModule(task, micro_batch=micro, eval_batch=cfg.batch.eval_batch_size,
-                          num_workers=cfg.hardware.num_workers, shuffle_seed=int(cfg.seed))
+    return ResumableDataModule(task, micro_batch=micro, eval_batch=cfg.batch.eval_batch_size,
+                               num_workers=cfg.hardware.num_workers, shuffle_seed=int(cfg.seed))
+
+
+# -- resuming ----------------------------------------------------------------------------------------------
+RESUME_MODES = ("auto", "never")
+WANDB_ID_FILE = "wandb_run_id"
+
+
+def check_resume_config(cfg: DictConfig) -> None:
+    """The reliability keys of the root config, checked like the rest (one line, before any work)."""
+    resume = cfg.get("resume", "auto")
+    if resume not in RESUME_MODES:
+        raise ConfigError(f"resume={resume!r} is not valid; valid: {', '.join(RESUME_MODES)}")
+    if cfg.get("ckpt_path") and cfg.get("init_from"):
+        raise ConfigError("ckpt_path and init_from are exclusive: ckpt_path resumes a run (weights, optimizer, "
+                          "counters), init_from starts a new one from weights only")
+    if cfg.get("ckpt_path") and resume == "never":
+        raise ConfigError("ckpt_path resumes from a checkpoint, which resume=never forbids; drop one of them")
+    for key in ("ckpt_path", "init_from"):
+        value = cfg.get(key)
+        if value is not None and not isinstance(value, str):
+            raise ConfigError(f"{key}={value!r} must be a file path")
+        if value and not Path(value).is_file():
+            raise ConfigError(f"{key}={value}: no such file")
+    policy = cfg.get("nan_policy", "stop")
+    if policy not in NAN_POLICIES:
+        raise ConfigError(f"nan_policy={policy!r} is not valid; valid: {', '.join(NAN_POLICIES)}")
+    skipped = cfg.get("max_skipped_batches", 0)
+    if not isinstance(skipped, int) or isinstance(skipped, bool) or skipped < 0:
+        raise ConfigError(f"max_skipped_batches={skipped!r} must be a non-negative integer")
+    every = OmegaConf.select(cfg, "callbacks.checkpoint.every_n_steps")
+    if every is not None and (not isinstance(every, int) or isinstance(every, bool) or every <= 0):
+        raise ConfigError(f"callbacks.checkpoint.every_n_steps={every!r} must be a positive integer or null")
+
+
+def select_checkpoint(cfg: DictConfig, run_dir: Path) -> tuple[Path, dict[str, Any]] | None:
+    """The checkpoint this run resumes from: ``ckpt_path`` if given, else (``resume=auto``) the newest
+    complete one in the run folder, else None (a fresh start)."""
+    ckpt_dir = run_dir / "checkpoints"
+    remove_partial_files(ckpt_dir)
+    if cfg.get("ckpt_path"):
+        path = Path(cfg.ckpt_path)
+        return path, load_checkpoint_file(path)
+    if cfg.get("resume", "auto") == "never":
+        if has_checkpoints(ckpt_dir):
+            raise ConfigError(f"resume=never but {ckpt_dir} already holds checkpoints; use resume=auto to "
+                              f"continue that run, or a new paths.run_id for a fresh one")
+        return None
+    found = find_resume_checkpoint(ckpt_dir)
+    if found is None and has_checkpoints(ckpt_dir):
+        raise CheckpointError(f"no usable checkpoint in {ckpt_dir} (every file is corrupt); move them away to "
+                              f"start afresh, or pass ckpt_path=")
+    return found
+
+
+def wandb_run_id(run_dir: Path, ckpt: dict[str, Any] | None) -> str:
+    """The wandb run to log into: the resumed checkpoint's, else this run folder's, else a new one."""
+    from attnlab.results.record import atomic_write_text
+
+    state = (ckpt or {}).get("callbacks", {}).get("LastCheckpoint", {})
+    file = run_dir / WANDB_ID_FILE
+    run_id = state.get("wandb_run_id") or (file.read_text().strip() if file.is_file() else "")
+    if not run_id:
+        import secrets
+
+        run_id = secrets.token_hex(4)  # wandb's own ids are 8 lowercase alphanumerics
+    atomic_write_text(file, run_id + "\n")
+    return run_id
 
 
 # -- loggers and callbacks ------------------------------------------------------------------------------
-def build_loggers(cfg: DictConfig, run_dir: Path) -> list:
-    from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
+def build_loggers(cfg: DictConfig, run_dir: Path, *, resume_ckpt: dict[str, Any] | None = None,
+                  wandb_id: str | None = None) -> list:
+    """CSV, TensorBoard and wandb loggers; when resuming, the CSV log keeps the rows up to the checkpoint
+    and the wandb logger continues the same run."""
+    from lightning.pytorch.loggers import TensorBoardLogger
 
     loggers: list = []
     if cfg.logger.get("csv") is not None:
-        loggers.append(CSVLogger(save_dir=str(run_dir), name="csv", version=""))
+        loggers.append(ResumableCSVLogger(save_dir=str(run_dir), name="csv", version="",
+                                          keep_through_step=_logged_through(resume_ckpt)))
     if cfg.logger.get("tensorboard") is not None:
         loggers.append(TensorBoardLogger(save_dir=str(run_dir), name="tensorboard", version=""))
     if cfg.logger.get("wandb") is not None:
-        wandb_logger = build_wandb_logger(cfg, run_dir)
+        wandb_logger = build_wandb_logger(cfg, run_dir, run_id=wandb_id)
         if wandb_logger is not None:
             loggers.append(wandb_logger)
     return loggers
 
 
-def build_wandb_logger(cfg: DictConfig, run_dir: Path):
+def _logged_through(ckpt: dict[str, Any] | None) -> int | None:
+    """The last logger step a checkpoint's state had logged (rows after it are logged again on resume)."""
+    if ckpt is None:
+        return None
+    loop = ckpt.get("loops", {}).get("fit_loop", {}).get("epoch_loop.state_dict", {})
+    return int(loop.get("_batches_that_stepped", checkpoint_step(ckpt)))
+
+
+def build_wandb_logger(cfg: DictConfig, run_dir: Path, run_id: str | None = None):
     """A WandbLogger, offline unless the user set WANDB_MODE; any failure is logged and training goes on."""
     w = cfg.logger.wandb
     try:
@@ -156,7 +259,7 @@ def build_wandb_logger(cfg: DictConfig, run_dir: Path):
             project=w.project, entity=w.entity, group=w.group or cfg.get("experiment_name") or cfg.run_name,
             tags=list(w.tags), save_dir=str(run_dir), offline=offline, log_model=w.log_model,
             config=OmegaConf.to_container(cfg, resolve=True), name=cfg.run_name,
-            settings=_wandb_settings(),
+            settings=_wandb_settings(), id=run_id, resume="allow" if run_id else None,
         )
     except Exception as exc:  # noqa: BLE001 - a logging backend must never stop training
         log.warning("wandb logger disabled: %s: %s", exc.__class__.__name__, str(exc).splitlines()[0])
@@ -173,13 +276,19 @@ def build_callbacks(cfg: DictConfig, run_dir: Path) -> list:
     from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint
 
     c = cfg.callbacks
-    callbacks: list = [Throughput(), BestMetrics()]
+    callbacks: list = [Throughput(), BestMetrics(), RandomState(),
+                       NonFiniteGuard(cfg.get("nan_policy", "stop"), int(cfg.get("max_skipped_batches", 0)))]
     if c.get("checkpoint"):
         ck = c.checkpoint
-        callbacks.append(ModelCheckpoint(
-            dirpath=str(run_dir / "checkpoints"), monitor=ck.monitor, mode=ck.mode, save_last=ck.save_last,
-            save_top_k=ck.save_top_k, filename="step{step:07d}", auto_insert_metric_name=False,
-        ))
+        if ck.save_top_k:
+            callbacks.append(ModelCheckpoint(
+                dirpath=str(run_dir / "checkpoints"), monitor=ck.monitor, mode=ck.mode, save_last=False,
+                save_top_k=ck.save_top_k, filename="step{step:07d}", auto_insert_metric_name=False,
+            ))
+        # After ModelCheckpoint in the list (Lightning keeps that order), so last.ckpt records the newest best.
+        if ck.save_last:
+            callbacks.append(LastCheckpoint(run_dir / "checkpoints", every_n_steps=ck.get("every_n_steps"),
+                                            handle_signals=ck.get("on_signal", True)))
     has_logger = any(cfg.logger.get(k) is not None for k in ("csv", "wandb", "tensorboard"))
     if c.get("lr_monitor") and has_logger:
         callbacks.append(LearningRateMonitor(logging_interval="step"))
@@ -189,6 +298,9 @@ def build_callbacks(cfg: DictConfig, run_dir: Path) -> list:
 
 
 def build_trainer(cfg: DictConfig, run_dir: Path, *, callbacks: list, loggers: list) -> L.Trainer:
+    from lightning.pytorch.callbacks import Checkpoint
+    from lightning.pytorch.plugins.environments import SLURMEnvironment
+
     t, hw = cfg.trainer, cfg.hardware
     _, accumulate = derive_batching(cfg)
     strategy = hw.strategy
@@ -196,6 +308,11 @@ def build_trainer(cfg: DictConfig, run_dir: Path, *, callbacks: list, loggers: l
         from lightning.pytorch.strategies import DDPStrategy
 
         strategy = DDPStrategy(process_group_backend="gloo", start_method="popen")
+    plugins: list = [AtomicCheckpointIO()]
+    if SLURMEnvironment.detect():
+        # LastCheckpoint saves on SLURM's signals and submitit requeues; Lightning's own requeue would
+        # save a second (non-atomic) checkpoint and requeue the job twice.
+        plugins.append(SLURMEnvironment(auto_requeue=False))
     return L.Trainer(
         accelerator=hw.accelerator,
         devices=hw.devices,
@@ -204,7 +321,7 @@ def build_trainer(cfg: DictConfig, run_dir: Path, *, callbacks: list, loggers: l
         precision=hw.precision,
         max_steps=t.max_steps,
         max_epochs=-1,
-        val_check_interval=t.val_check_interval,
+        val_check_interval=t.val_check_interval * accumulate,  # Lightning counts batches, we count updates
         check_val_every_n_epoch=None,
         limit_train_batches=t.limit_train_batches,
         limit_val_batches=t.limit_val_batches,
@@ -223,6 +340,8 @@ def build_trainer(cfg: DictConfig, run_dir: Path, *, callbacks: list, loggers: l
         callbacks=callbacks,
         logger=loggers or False,
         default_root_dir=str(run_dir),
+        plugins=plugins,
+        enable_checkpointing=any(isinstance(c, Checkpoint) for c in callbacks),  # else Lightning adds its own
     )
 
 
@@ -263,37 +382,102 @@ def peak_memory_mb(device: torch.device | None = None) -> float | None:
 
 
 # -- the run -----------------------------------------------------------------------------------------
+HASH_EXCLUDE_EXTRA = ("resume",)  # how a run restarts is not what it computes (ckpt_path is excluded already)
+STORAGE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM)
+
+
 def run(cfg: DictConfig, *, run_dir: str | os.PathLike | None = None, command: str | None = None,
         cli_overrides: list[str] | tuple[str, ...] = ()) -> dict[str, Any]:
-    """Train and evaluate one configuration; write and return its run record (``results.json``)."""
-    from attnlab.results.record import config_hash, write_record
+    """Train and evaluate one configuration; write and return its run record (``results.json``).
+
+    Resumes from the newest complete checkpoint of the run folder (``resume=auto``) or ``ckpt_path``;
+    raises ``Preempted`` after saving when a stop signal arrives, ``NonFiniteLoss`` on a NaN/Inf loss.
+    """
+    from attnlab.results.record import write_record
 
     started = time.time()
     apply_scale(cfg, cli_overrides)
     validate(cfg)
+    check_resume_config(cfg)
     run_dir = Path(run_dir or cfg.paths.run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
+    check_writable(run_dir)
     L.seed_everything(int(cfg.seed), workers=True, verbose=False)
     if cfg.hardware.matmul_precision:
         torch.set_float32_matmul_precision(cfg.hardware.matmul_precision)
 
     task = build_task_data(cfg)
     module = build_module(cfg, task)
-    datamodule = build_datamodule(cfg, task)
-    loggers = build_loggers(cfg, run_dir)
+    resume = select_checkpoint(cfg, run_dir)
+    resume_path, resume_ckpt = resume if resume else (None, None)
+    if resume_path is not None:
+        log.info("resuming from %s (step %d)", resume_path, checkpoint_step(resume_ckpt))
+    elif cfg.get("init_from"):
+        init_weights_from(module, cfg.init_from)
+        log.info("initialised weights from %s (optimizer, schedule and counters start afresh)", cfg.init_from)
     callbacks = build_callbacks(cfg, run_dir)
+    last = next((c for c in callbacks if isinstance(c, LastCheckpoint)), None)
+    if last is not None:  # last + top-k + one being written
+        check_free_space(run_dir, (2 + int(cfg.callbacks.checkpoint.save_top_k or 0)) * checkpoint_bytes(module))
+    else:
+        check_free_space(run_dir, 1 << 20)
+    wandb_id = wandb_run_id(run_dir, resume_ckpt) if cfg.logger.get("wandb") is not None else None
+    if last is not None:
+        last.wandb_run_id = wandb_id
+    module.nonfinite_guard = next(c for c in callbacks if isinstance(c, NonFiniteGuard))
+    datamodule = build_datamodule(cfg, task)
+    loggers = build_loggers(cfg, run_dir, resume_ckpt=resume_ckpt, wandb_id=wandb_id)
+    del resume_ckpt  # Lightning reads the file again; do not hold two copies of the weights
     trainer = build_trainer(cfg, run_dir, callbacks=callbacks, loggers=loggers)
-    trainer.fit(module, datamodule=datamodule)
-    trainer.test(module, datamodule=datamodule, verbose=False)
+    # Lightning cannot see that ResumableDataModule restores the data position, and warns that it does not.
+    warnings.filterwarnings("ignore", message=".*your dataloader is not resumable.*")
+    try:
+        trainer.fit(module, datamodule=datamodule, ckpt_path=resume_path, weights_only=True)
+        trainer.test(module, datamodule=datamodule, verbose=False)
+    except OSError as exc:
+        if exc.errno in STORAGE_ERRNOS:  # the disk filled up or the folder became read-only mid-run
+            raise StorageError(f"cannot write to {exc.filename or run_dir}: {exc.strerror}; checkpoints and "
+                               f"records already on disk are intact (written atomically)") from exc
+        raise
+    except Preempted as exc:
+        _write_interrupted_record(cfg, run_dir, command, trainer, module, callbacks, task, started, exc)
+        raise
+    except SystemExit as exc:
+        from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+        if not isinstance(exc, SIGTERMException):
+            raise
+        # SIGTERM while testing: training is over and its checkpoint saved; a rerun only tests again.
+        ckpt = last.path if last is not None and last.path.is_file() else None
+        preempted = Preempted(signal.SIGTERM, trainer.global_step, str(ckpt) if ckpt else None)
+        _write_interrupted_record(cfg, run_dir, command, trainer, module, callbacks, task, started, preempted)
+        raise preempted from None
+
+    record = _record(cfg, run_dir, command, trainer, module, callbacks, task, started, status="completed")
+    if resume_path is not None:
+        record["extra"]["resumed_from"] = str(Path(resume_path).resolve())
+    if trainer.is_global_zero:
+        write_record(run_dir / "results.json", record)
+    for lg in loggers:
+        if lg.__class__.__name__ == "WandbLogger":
+            _finish_wandb()
+    return record
+
+
+def _record(cfg: DictConfig, run_dir: Path, command: str | None, trainer: L.Trainer, module: TaskModule,
+            callbacks: list, task: TaskData, started: float, *, status: str) -> dict[str, Any]:
+    from attnlab.results.record import config_hash
 
     throughput = next(c for c in callbacks if isinstance(c, Throughput))
     best = next(c for c in callbacks if isinstance(c, BestMetrics))
+    guard = next(c for c in callbacks if isinstance(c, NonFiniteGuard))
     params = count_parameters(module.model)
-    wandb_id = next((lg.experiment.id for lg in loggers if lg.__class__.__name__ == "WandbLogger"), None)
+    wandb_id = next((lg.experiment.id for lg in trainer.loggers if lg.__class__.__name__ == "WandbLogger"), None)
     plain = OmegaConf.to_container(cfg, resolve=True)
-    record = {
+    from attnlab.results.record import DEFAULT_HASH_EXCLUDE
+
+    return {
         "schema_version": 1,
-        "status": "completed",
+        "status": status,
         "error": None,
         "experiment": cfg.get("experiment_name"),
         "row": cfg.get("row"),
@@ -302,12 +486,12 @@ def run(cfg: DictConfig, *, run_dir: str | os.PathLike | None = None, command: s
                   "recurrence": cfg.model.recurrence.name},
         "seed": int(cfg.seed),
         "scale": cfg.scale.name,
-        "config_hash": config_hash(plain),
+        "config_hash": config_hash(plain, exclude=(*DEFAULT_HASH_EXCLUDE, *HASH_EXCLUDE_EXTRA)),
         "git": git_state(),
         "hardware": {"name": cfg.hardware.name, "accelerator": cfg.hardware.accelerator,
                      "devices": cfg.hardware.devices, "num_nodes": cfg.hardware.num_nodes,
                      "precision": str(cfg.hardware.precision)},
-        "metrics": {"final": collect_metrics(trainer), "best": dict(best.best)},
+        "metrics": {"final": collect_metrics(trainer) if status == "completed" else {}, "best": dict(best.best)},
         "params": params,
         "cost": {"wall_s": round(time.time() - started, 2), "tokens_per_s": throughput.average_tokens_per_s(),
                  "peak_mem_mb": peak_memory_mb(module.device), "steps": trainer.global_step},
@@ -318,14 +502,21 @@ def run(cfg: DictConfig, *, run_dir: str | os.PathLike | None = None, command: s
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "versions": {"python": platform.python_version(), "torch": torch.__version__,
                      "lightning": L.__version__, "attnlab": attnlab.__version__},
-        "extra": {"debug": cfg.get("debug_mode")},
+        "extra": {"debug": cfg.get("debug_mode"), "skipped_batches": guard.skipped},
     }
-    if trainer.is_global_zero:
-        write_record(run_dir / "results.json", record)
-    for lg in loggers:
-        if lg.__class__.__name__ == "WandbLogger":
-            _finish_wandb()
-    return record
+
+
+def _write_interrupted_record(cfg, run_dir, command, trainer, module, callbacks, task, started,
+                              exc: Preempted) -> None:
+    """A ``running`` record: the run is unfinished, its checkpoint is on disk, and a rerun resumes it."""
+    from attnlab.results.record import write_record
+
+    if not trainer.is_global_zero:
+        return
+    record = _record(cfg, run_dir, command, trainer, module, callbacks, task, started, status="running")
+    record["extra"]["preempted"] = {"signal": signal.Signals(exc.signum).name, "step": exc.step,
+                                    "checkpoint": exc.checkpoint}
+    write_record(run_dir / "results.json", record)
 
 
 def write_failed_record(cfg: DictConfig, run_dir: str | os.PathLike, command: str, error: str) -> None:
@@ -370,12 +561,24 @@ def write_failed_record(cfg: DictConfig, run_dir: str | os.PathLike, command: st
 
 
 def _safe_hash(cfg: DictConfig) -> str | None:
-    from attnlab.results.record import config_hash
+    from attnlab.results.record import DEFAULT_HASH_EXCLUDE, config_hash
 
+    exclude = (*DEFAULT_HASH_EXCLUDE, *HASH_EXCLUDE_EXTRA)
     try:
-        return config_hash(OmegaConf.to_container(cfg, resolve=True))
+        return config_hash(OmegaConf.to_container(cfg, resolve=True), exclude=exclude)
     except Exception:  # noqa: BLE001 - an unresolvable config is hashed as written
-        return config_hash(OmegaConf.to_container(cfg, resolve=False))
+        return config_hash(OmegaConf.to_container(cfg, resolve=False), exclude=exclude)
+
+
+def close_wandb() -> None:
+    """Finish a wandb run left open by a failed job (marked failed), so the next job of a sweep starts clean."""
+    wandb = sys.modules.get("wandb")
+    if wandb is None or getattr(wandb, "run", None) is None:
+        return
+    try:
+        wandb.finish(exit_code=1)
+    except Exception as exc:  # noqa: BLE001 - closing a logger must not hide the job's own failure
+        log.warning("wandb.finish failed: %s", exc)
 
 
 def _finish_wandb() -> None:

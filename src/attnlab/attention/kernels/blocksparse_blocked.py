@@ -1,22 +1,28 @@
 """Blocked block-sparse attention with a hand-written backward: the fast CPU training path.
 
-Same contract and same numerics conventions as ``blocksparse_reference.blocksparse_attention`` (the plan
-layout is documented there), and held equal to it in value and gradient by ``tests/attention``:
+Same contract and numerics conventions as ``blocksparse_reference.blocksparse_attention`` (the plan layout
+is documented there), held equal to it in value and gradient by ``tests/attention/test_bigbird_fast.py``:
 
-- masked scores are filled with ``finfo.min`` (not -inf), so a query row whose keys are all masked gets
-  a uniform average over its gathered keys, and no gradient reaches its scores (``masked_fill``);
+- masked scores are filled with ``finfo.min`` (not -inf), so a query row whose keys are all masked (only
+  possible through padding) gets a uniform average over its gathered keys, and no gradient reaches its
+  scores (the reference's ``masked_fill`` blocks it);
 - no attention dropout;
 - ETC keys (``extra_k``/``extra_v``, shared by every query) are scored with every row.
 
-Why it is faster than the reference under autograd:
+Why it is faster than the reference under autograd (numbers in docs/performance.md):
 
-1. Query rows are processed in chunks sized to stay in cache (``chunk_bytes``), so the gathered key and
-   value blocks, the scores and the probabilities of one chunk never exist for the whole sequence.
-2. The forward saves only q, k, v and the output (O(L * Dh)); the backward recomputes the scores chunk
-   by chunk (FlashAttention-style), using ``delta = rowsum(dO * O)`` instead of the stored
-   probabilities. Autograd through the reference instead keeps every gathered K/V block, the scores and
-   the probabilities of all rows alive until the backward: about ``(3 + 2*Dh/(K*bs)) x`` more memory.
-3. Gradients of the gathered blocks are scattered back with ``index_add_`` per chunk, in place.
+1. Query rows are processed in chunks sized to stay in cache (``chunk_bytes``): the gathered key and value
+   blocks of a chunk are built with ``index_select`` and dropped after the chunk; they are never
+   materialised for the whole sequence, in the forward or in the backward.
+2. The key slots of every row are reordered once per plan (own block first when causal, filler last), so
+   the static mask is one (bs, bs) triangle on the first slot plus a tail fill on the few short rows,
+   instead of a broadcast ``masked_fill`` over every score.
+3. The backward is written by hand (``torch.autograd.Function``): from the saved probabilities
+   (``save_probs=True``, the default: O(L * K * bs) memory, like the scores of the forward) or by
+   recomputing them chunk by chunk (``save_probs=False``: only q, k, v and the output are saved,
+   FlashAttention-style), with ``delta = rowsum(dO * O)``. Gradients of the gathered blocks are
+   accumulated in place with ``index_add_``. Autograd through the reference instead keeps every gathered
+   K/V block, the scores, the probabilities and the masks of all rows alive until the backward.
 """
 
 from __future__ import annotations
@@ -25,36 +31,9 @@ import torch
 
 from attnlab.attention.kernels.blocksparse_reference import BlockSparsePlan
 
-DEFAULT_CHUNK_BYTES = 4 << 20  # scores of one chunk of query rows (fp32: 1M scores); fits L2+L3 well
+DEFAULT_CHUNK_BYTES = 4 << 20  # fp32 scores of one chunk of query rows (1M scores)
 
 _LAYOUTS: dict[int, tuple[BlockSparsePlan, dict]] = {}
-
-
-def _layout(plan: BlockSparsePlan) -> dict:
-    """Static tensors derived from a plan (cached by identity: plans are cached by their module)."""
-    hit = _LAYOUTS.get(id(plan))
-    if hit is not None and hit[0] is plan:
-        return hit[1]
-    bs = plan.block_size
-    dev = plan.key_blocks.device
-    rows, idx, valid = plan.row_blocks, plan.key_blocks, plan.key_valid
-    r, kk = idx.shape
-    offs = torch.arange(bs, device=dev)
-    masked = ~valid[:, None, :, None].expand(r, 1, kk, bs).reshape(r, 1, kk * bs)  # (R, 1, K*bs)
-    if plan.causal:
-        q_pos = (rows[:, None] * bs + offs)[:, :, None]
-        k_pos = (idx[:, :, None] * bs + offs).reshape(r, 1, kk * bs)
-        masked = masked | (k_pos > q_pos)  # (R, bs, K*bs)
-    lay = {
-        "masked": masked if bool(masked.any()) else None,
-        # contiguous row ranges are sliced (a view) instead of gathered
-        "rows_range": _as_range(rows),
-        "dense_range": _as_range(plan.dense_rows),
-    }
-    if len(_LAYOUTS) > 64:
-        _LAYOUTS.clear()
-    _LAYOUTS[id(plan)] = (plan, lay)
-    return lay
 
 
 def _as_range(index: torch.Tensor) -> tuple[int, int] | None:
@@ -67,80 +46,135 @@ def _as_range(index: torch.Tensor) -> tuple[int, int] | None:
     return None
 
 
-def _take_rows(tb: torch.Tensor, index: torch.Tensor, rng: tuple[int, int] | None, lo: int, hi: int):
-    """Blocks ``index[lo:hi]`` of tb (B, H, nb, bs, Dh): a view when the index is a contiguous range."""
+def _layout(plan: BlockSparsePlan) -> dict:
+    """Static tables derived from a plan, cached by identity (modules cache their plans)."""
+    hit = _LAYOUTS.get(id(plan))
+    if hit is not None and hit[0] is plan:
+        return hit[1]
+    bs = plan.block_size
+    rows, idx, valid = plan.row_blocks.cpu(), plan.key_blocks.cpu(), plan.key_valid.cpu()
+    r, kk = idx.shape
+    dev = plan.key_blocks.device
+    lay: dict = {"rows_range": _as_range(rows), "K": kk}
+    own = idx == rows[:, None]
+    simple = True
+    if plan.causal and r:
+        # BigBird causal rows: every valid block is at or before the row's own block, which is listed.
+        simple = bool(((own & valid).any(1)).all()) and bool(((idx <= rows[:, None]) | ~valid).all())
+    if simple:
+        # slot order: own block first (causal), other valid blocks, filler last; stable otherwise
+        prio = torch.where(valid, 1, 2) - (own & valid).to(torch.long) * int(plan.causal)
+        order = torch.sort(prio, dim=1, stable=True).indices
+        lay["idx"] = torch.gather(idx, 1, order).to(dev)
+        counts = valid.sum(1)
+        lay["tails"] = [(i, int(counts[i])) for i in range(r) if int(counts[i]) < kk]
+        lay["masked"] = None
+        lay["diag"] = torch.ones(bs, bs, dtype=torch.bool).triu(1).to(dev) if plan.causal else None
+    else:
+        offs = torch.arange(bs)
+        masked = ~valid[:, None, :, None].expand(r, 1, kk, bs).reshape(r, 1, kk * bs)
+        if plan.causal:
+            q_pos = (rows[:, None] * bs + offs)[:, :, None]
+            k_pos = (idx[:, :, None] * bs + offs).reshape(r, 1, kk * bs)
+            masked = masked | (k_pos > q_pos)
+        lay.update(idx=idx.to(dev), tails=[], masked=masked.to(dev), diag=None)
+    if len(_LAYOUTS) > 64:
+        _LAYOUTS.clear()
+    _LAYOUTS[id(plan)] = (plan, lay)
+    return lay
+
+
+def _rows(tb: torch.Tensor, index: torch.Tensor, rng, lo: int, hi: int) -> torch.Tensor:
+    """Blocks ``index[lo:hi]`` of tb (B, H, nb, ...): a view when the index is a contiguous range."""
     if rng is not None:
         return tb[:, :, rng[0] + lo : rng[0] + hi]
-    return tb[:, :, index[lo:hi]]
+    return tb.index_select(2, index[lo:hi])
 
 
-def _chunk_rows(b: int, h: int, bs: int, keys: int, itemsize: int, chunk_bytes: int) -> int:
-    return max(1, chunk_bytes // max(1, b * h * bs * keys * itemsize))
+def _put_rows(tb: torch.Tensor, index: torch.Tensor, rng, lo: int, hi: int, value: torch.Tensor) -> None:
+    if rng is not None:
+        tb[:, :, rng[0] + lo : rng[0] + hi] = value
+    else:
+        tb[:, :, index[lo:hi]] = value
 
 
-def _with_extra(kg: torch.Tensor, extra: torch.Tensor | None) -> torch.Tensor:
-    """kg (B, H, c, Kn, Dh); extra (H, E, Dh) prepended to every row's keys."""
+def _gather(tb: torch.Tensor, ic: torch.Tensor, extra: torch.Tensor | None) -> torch.Tensor:
+    """Key blocks ic (c, K) of tb (B, H, nb, bs, Dh) -> (B, H, c, [E +] K*bs, Dh)."""
+    b, h, _, bs, d = tb.shape
+    c, kk = ic.shape
+    g = tb.index_select(2, ic.reshape(-1)).view(b, h, c, kk * bs, d)
     if extra is None:
-        return kg
-    b, h, c, _, d = kg.shape
-    e = extra.to(kg.dtype)[None, :, None].expand(b, h, c, extra.shape[1], d)
-    return torch.cat([e, kg], dim=3)
+        return g
+    e = extra.to(g.dtype)[None, :, None].expand(b, h, c, extra.shape[1], d)
+    return torch.cat([e, g], dim=3)
 
 
-def _mask_for(masked_static, pad_g, lo, hi, e: int):
-    """Bool mask (B|1, 1, c, bs|1, E+Kn) of masked scores for rows lo:hi, or None."""
-    m = None
-    if masked_static is not None:
-        m = masked_static[lo:hi][None, None]
+def _chunk_probs(qc, kc, lay, lo, hi, pad_g, e, bs):
+    """Softmax probabilities of rows lo:hi (B, H, c, bs, E + K*bs) and their dead-row flags (or None)."""
+    s = torch.matmul(qc, kc.transpose(-1, -2))
+    neg = torch.finfo(s.dtype).min
+    if lay["diag"] is not None:
+        s[..., e : e + bs].masked_fill_(lay["diag"], neg)
+    for i, cnt in lay["tails"]:
+        if lo <= i < hi:
+            s[:, :, i - lo, :, e + cnt * bs :] = neg
+    if lay["masked"] is not None:
+        s[..., e:].masked_fill_(lay["masked"][lo:hi][None, None], neg)
+    dead = None
     if pad_g is not None:
-        p = pad_g[:, lo:hi][:, None, :, None, :]
-        m = p if m is None else (m | p)
-    if m is not None and e:
-        m = torch.nn.functional.pad(m, (e, 0), value=False)
-    return m
+        s[..., e:].masked_fill_(pad_g[:, lo:hi][:, None, :, None, :], neg)
+    if not e and (pad_g is not None or lay["masked"] is not None):
+        dead = s.amax(-1, keepdim=True) == neg
+        dead = dead if bool(dead.any()) else None
+    return torch.softmax(s, dim=-1), dead
 
 
-def _dense_mask(plan, dense_idx, pad, length, e, bs, dev):
-    m = None
+def _dense_probs(qd, kd, plan, dense, pad, e, bs):
+    """Dense rows: qd (B, H, 1, G*bs, Dh) over all keys kd (B, H, 1, E + L, Dh)."""
+    s = torch.matmul(qd, kd.transpose(-1, -2))
+    neg = torch.finfo(s.dtype).min
+    length = kd.shape[3] - e
     if plan.causal:
-        q_pos = (dense_idx[:, None] * bs + torch.arange(bs, device=dev)).reshape(-1, 1)
-        m = (torch.arange(length, device=dev) > q_pos)[None, None, None]  # (1,1,1,G*bs,L)
+        q_pos = (dense[:, None] * bs + torch.arange(bs, device=qd.device)).reshape(-1, 1)
+        s[..., e:].masked_fill_(torch.arange(length, device=qd.device) > q_pos, neg)
+    dead = None
     if pad is not None:
-        p = pad[:, None, None, None, :]
-        m = p if m is None else (m | p)
-    if m is not None and e:
-        m = torch.nn.functional.pad(m, (e, 0), value=False)
-    return m
+        s[..., e:].masked_fill_(pad[:, None, None, None, :], neg)
+    if not e and (pad is not None or plan.causal):
+        dead = s.amax(-1, keepdim=True) == neg
+        dead = dead if bool(dead.any()) else None
+    return torch.softmax(s, dim=-1), dead
 
 
 class _BlockSparseAttention(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, extra_k, extra_v, plan, pad, scale, chunk_bytes):
+    def forward(ctx, q, k, v, extra_k, extra_v, plan, pad, scale, chunk_bytes, save_probs):
         q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
-        out = _forward(q, k, v, extra_k, extra_v, plan, pad, scale, chunk_bytes)
+        out, probs = _forward(q, k, v, extra_k, extra_v, plan, pad, scale, chunk_bytes, save_probs)
         ctx.save_for_backward(q, k, v, extra_k, extra_v, out)
+        ctx.probs = probs
         ctx.plan, ctx.pad, ctx.scale, ctx.chunk_bytes = plan, pad, scale, chunk_bytes
         return out
 
     @staticmethod
     def backward(ctx, dout):
         q, k, v, extra_k, extra_v, out = ctx.saved_tensors
+        probs, ctx.probs = ctx.probs, None
         grads = _backward(
             q, k, v, extra_k, extra_v, out, dout.contiguous(), ctx.plan, ctx.pad, ctx.scale,
-            ctx.chunk_bytes, ctx.needs_input_grad,
+            ctx.chunk_bytes, ctx.needs_input_grad, probs,
         )
-        return (*grads, None, None, None, None)
+        return (*grads, None, None, None, None, None)
 
 
-def _softmax_attend(qc, kc, vc, mask):
-    s = torch.matmul(qc, kc.transpose(-1, -2))
-    if mask is not None:
-        s.masked_fill_(mask, torch.finfo(s.dtype).min)
-    p = torch.softmax(s, dim=-1)
-    return torch.matmul(p, vc)
+def _chunks(plan: BlockSparsePlan, lay: dict, b: int, h: int, e: int, itemsize: int, chunk_bytes: int):
+    r = plan.row_blocks.numel()
+    keys = lay["K"] * plan.block_size + e
+    c = max(1, chunk_bytes // max(1, b * h * plan.block_size * keys * itemsize))
+    return [(lo, min(r, lo + c)) for lo in range(0, r, c)]
 
 
-def _forward(q, k, v, extra_k, extra_v, plan, pad, scale, chunk_bytes):
+def _forward(q, k, v, extra_k, extra_v, plan, pad, scale, chunk_bytes, keep_probs):
     b, h, length, d = q.shape
     bs, nb = plan.block_size, plan.num_blocks
     lay = _layout(plan)
@@ -148,124 +182,105 @@ def _forward(q, k, v, extra_k, extra_v, plan, pad, scale, chunk_bytes):
     qs = q * scale
     out = torch.empty_like(q)
     qb, kb, vb, ob = (t.view(b, h, nb, bs, d) for t in (qs, k, v, out))
-    rows = plan.row_blocks
+    rows, rng, idx = plan.row_blocks, lay["rows_range"], lay["idx"]
+    probs: dict = {"rows": [], "dense": None, "dead": [], "dense_dead": None} if keep_probs else None
     if rows.numel():
-        idx = plan.key_blocks
-        r, kk = idx.shape
-        pad_g = None if pad is None else pad.view(b, nb, bs)[:, idx].reshape(b, r, kk * bs)
-        c = _chunk_rows(b, h, bs, kk * bs + e, q.element_size(), chunk_bytes)
-        for lo in range(0, r, c):
-            hi = min(r, lo + c)
+        pad_g = None if pad is None else pad.view(b, nb, bs)[:, idx].reshape(b, *idx.shape[:1], -1)
+        for lo, hi in _chunks(plan, lay, b, h, e, q.element_size(), chunk_bytes):
             ic = idx[lo:hi]
-            qc = _take_rows(qb, rows, lay["rows_range"], lo, hi)
-            kc = _with_extra(kb[:, :, ic].view(b, h, hi - lo, kk * bs, d), extra_k)
-            vc = _with_extra(vb[:, :, ic].view(b, h, hi - lo, kk * bs, d), extra_v)
-            o = _softmax_attend(qc, kc, vc, _mask_for(lay["masked"], pad_g, lo, hi, e))
-            if lay["rows_range"] is not None:
-                a = lay["rows_range"][0]
-                ob[:, :, a + lo : a + hi] = o
-            else:
-                ob[:, :, rows[lo:hi]] = o
+            p, dead = _chunk_probs(_rows(qb, rows, rng, lo, hi), _gather(kb, ic, extra_k), lay, lo, hi, pad_g, e, bs)
+            _put_rows(ob, rows, rng, lo, hi, torch.matmul(p, _gather(vb, ic, extra_v)))
+            if keep_probs:
+                probs["rows"].append(p)
+                probs["dead"].append(dead)
     dense = plan.dense_rows
     if dense.numel():
         g = dense.numel()
-        qd = qb[:, :, dense].reshape(b, h, 1, g * bs, d)
-        mask = _dense_mask(plan, dense, pad, length, e, bs, q.device)
-        o = _softmax_attend(qd, _with_extra(k[:, :, None], extra_k), _with_extra(v[:, :, None], extra_v), mask)
-        ob[:, :, dense] = o.view(b, h, g, bs, d)
-    return out
+        qd = qb.index_select(2, dense).view(b, h, 1, g * bs, d)
+        kd = _extra_all(k, extra_k)
+        p, dead = _dense_probs(qd, kd, plan, dense, pad, e, bs)
+        ob[:, :, dense] = torch.matmul(p, _extra_all(v, extra_v)).view(b, h, g, bs, d)
+        if keep_probs:
+            probs["dense"], probs["dense_dead"] = p, dead
+    return out, probs
 
 
-def _chunk_backward(qc, kc, vc, doc, deltac, mask, dead):
-    """One chunk: returns (dq * 1/scale-free, dk, dv) of the chunk's rows and gathered keys.
+def _extra_all(t: torch.Tensor, extra: torch.Tensor | None) -> torch.Tensor:
+    """t (B, H, L, Dh) -> (B, H, 1, [E +] L, Dh)."""
+    if extra is None:
+        return t[:, :, None]
+    b, h, _, d = t.shape
+    return torch.cat([extra.to(t.dtype)[None].expand(b, h, -1, d), t], dim=2)[:, :, None]
 
-    qc is pre-scaled, so dk = dS^T qc is already scaled and dq must be multiplied by ``scale``."""
-    s = torch.matmul(qc, kc.transpose(-1, -2))
-    if mask is not None:
-        s.masked_fill_(mask, torch.finfo(s.dtype).min)
-    p = torch.softmax(s, dim=-1)
-    del s
+
+def _chunk_grads(p, dead, qc, kc, vc, doc, deltac):
+    """From probabilities p: (dQ / scale, dK, dV) of one chunk; qc is pre-scaled so dK is complete."""
     dv = torch.matmul(p.transpose(-1, -2), doc)
     ds = torch.matmul(doc, vc.transpose(-1, -2))
-    ds.sub_(deltac).mul_(p)
-    del p
-    if mask is not None:
-        ds.masked_fill_(mask, 0.0)  # masked_fill blocks the gradient (only dead rows have p != 0 there)
+    ds.sub_(deltac).mul_(p)  # masked entries have p == 0 exactly, so their gradient is 0 ...
     if dead is not None:
-        ds.masked_fill_(dead, 0.0)
-    dq = torch.matmul(ds, kc)
-    dk = torch.matmul(ds.transpose(-1, -2), qc)
-    return dq, dk, dv
+        ds.masked_fill_(dead, 0.0)  # ... except in dead rows (uniform p), where masked_fill blocks it
+    return torch.matmul(ds, kc), torch.matmul(ds.transpose(-1, -2), qc), dv
 
 
-def _backward(q, k, v, extra_k, extra_v, out, dout, plan, pad, scale, chunk_bytes, needs):
+def _backward(q, k, v, extra_k, extra_v, out, dout, plan, pad, scale, chunk_bytes, needs, probs):
     b, h, length, d = q.shape
     bs, nb = plan.block_size, plan.num_blocks
     lay = _layout(plan)
     e = 0 if extra_k is None else extra_k.shape[1]
     qs = q * scale
     delta = (dout * out).sum(-1, keepdim=True)  # (B, H, L, 1)
-    dq = torch.zeros_like(q)
-    dk = torch.zeros_like(k)
-    dv = torch.zeros_like(v)
-    dek = None if extra_k is None else torch.zeros(b, *extra_k.shape, dtype=q.dtype, device=q.device)
-    dev_ = None if extra_v is None else torch.zeros(b, *extra_v.shape, dtype=q.dtype, device=q.device)
-    qb, kb, vb, dob = (t.view(b, h, nb, bs, d) for t in (qs, k, v, dout))
+    dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
+    dek = None if extra_k is None else q.new_zeros(b, *extra_k.shape)
+    dev_ = None if extra_v is None else q.new_zeros(b, *extra_v.shape)
+    qb, kb, vb, dob, dqb, dkb, dvb = (t.view(b, h, nb, bs, d) for t in (qs, k, v, dout, dq, dk, dv))
     deltab = delta.view(b, h, nb, bs, 1)
-    dqb, dkb, dvb = (t.view(b, h, nb, bs, d) for t in (dq, dk, dv))
-    rows = plan.row_blocks
-    rng = lay["rows_range"]
+    rows, rng, idx = plan.row_blocks, lay["rows_range"], lay["idx"]
+
+    def split_extra(gk, gv):
+        if e:
+            dek.add_(gk[:, :, :, :e].sum(2))
+            dev_.add_(gv[:, :, :, :e].sum(2))
+            gk, gv = gk[:, :, :, e:], gv[:, :, :, e:]
+        return gk, gv
+
     if rows.numel():
-        idx = plan.key_blocks
-        r, kk = idx.shape
-        pad_g = None if pad is None else pad.view(b, nb, bs)[:, idx].reshape(b, r, kk * bs)
-        c = _chunk_rows(b, h, bs, kk * bs + e, q.element_size(), chunk_bytes)
-        for lo in range(0, r, c):
-            hi = min(r, lo + c)
-            n = hi - lo
+        pad_g = None if pad is None else pad.view(b, nb, bs)[:, idx].reshape(b, *idx.shape[:1], -1)
+        for j, (lo, hi) in enumerate(_chunks(plan, lay, b, h, e, q.element_size(), chunk_bytes)):
             ic = idx[lo:hi]
-            qc = _take_rows(qb, rows, rng, lo, hi)
-            kc = _with_extra(kb[:, :, ic].view(b, h, n, kk * bs, d), extra_k)
-            vc = _with_extra(vb[:, :, ic].view(b, h, n, kk * bs, d), extra_v)
-            mask = _mask_for(lay["masked"], pad_g, lo, hi, e)
-            dead = None
-            if pad is not None:
-                dead = mask.all(dim=-1, keepdim=True)
-                dead = dead if bool(dead.any()) else None
-            gq, gk, gv = _chunk_backward(
-                qc, kc, vc, _take_rows(dob, rows, rng, lo, hi), _take_rows(deltab, rows, rng, lo, hi),
-                mask, dead,
-            )
-            if rng is not None:
-                dqb[:, :, rng[0] + lo : rng[0] + hi] = gq
+            qc, kc = _rows(qb, rows, rng, lo, hi), _gather(kb, ic, extra_k)
+            if probs is not None:
+                p, dead = probs["rows"][j], probs["dead"][j]
+                probs["rows"][j] = None  # free as we go
             else:
-                dqb[:, :, rows[lo:hi]] = gq
-            if e:
-                dek += gk[:, :, :, :e].sum(2)
-                dev_ += gv[:, :, :, :e].sum(2)
-                gk, gv = gk[:, :, :, e:], gv[:, :, :, e:]
+                p, dead = _chunk_probs(qc, kc, lay, lo, hi, pad_g, e, bs)
+            gq, gk, gv = _chunk_grads(
+                p, dead, qc, kc, _gather(vb, ic, extra_v), _rows(dob, rows, rng, lo, hi),
+                _rows(deltab, rows, rng, lo, hi),
+            )
+            del p
+            _put_rows(dqb, rows, rng, lo, hi, gq)
+            gk, gv = split_extra(gk, gv)
             flat = ic.reshape(-1)
-            dkb.index_add_(2, flat, gk.reshape(b, h, n * kk, bs, d))
-            dvb.index_add_(2, flat, gv.reshape(b, h, n * kk, bs, d))
+            n = hi - lo
+            dkb.index_add_(2, flat, gk.reshape(b, h, n * lay["K"], bs, d))
+            dvb.index_add_(2, flat, gv.reshape(b, h, n * lay["K"], bs, d))
     dense = plan.dense_rows
     if dense.numel():
         g = dense.numel()
-        qd = qb[:, :, dense].reshape(b, h, 1, g * bs, d)
-        mask = _dense_mask(plan, dense, pad, length, e, bs, q.device)
-        dead = None
-        if mask is not None:
-            dead = mask.all(dim=-1, keepdim=True)
-            dead = dead if bool(dead.any()) else None
-        gq, gk, gv = _chunk_backward(
-            qd, _with_extra(k[:, :, None], extra_k), _with_extra(v[:, :, None], extra_v),
-            dob[:, :, dense].reshape(b, h, 1, g * bs, d), deltab[:, :, dense].reshape(b, h, 1, g * bs, 1),
-            mask, dead,
+        qd = qb.index_select(2, dense).view(b, h, 1, g * bs, d)
+        kd = _extra_all(k, extra_k)
+        if probs is not None:
+            p, dead = probs["dense"], probs["dense_dead"]
+        else:
+            p, dead = _dense_probs(qd, kd, plan, dense, pad, e, bs)
+        gq, gk, gv = _chunk_grads(
+            p, dead, qd, kd, _extra_all(v, extra_v), dob.index_select(2, dense).view(b, h, 1, g * bs, d),
+            deltab.index_select(2, dense).view(b, h, 1, g * bs, 1),
         )
+        del p
         dqb[:, :, dense] = gq.view(b, h, g, bs, d)
-        if e:
-            dek += gk[:, :, :, :e].sum(2)
-            dev_ += gv[:, :, :, :e].sum(2)
-            gk, gv = gk[:, :, :, e:], gv[:, :, :, e:]
+        gk, gv = split_extra(gk, gv)
         dk += gk[:, :, 0]
         dv += gv[:, :, 0]
     dq.mul_(scale)
@@ -289,10 +304,12 @@ def blocked_blocksparse_attention(
     extra_v: torch.Tensor | None = None,
     scale: float | None = None,
     chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+    save_probs: bool = True,
 ) -> torch.Tensor:
-    """Drop-in for ``blocksparse_attention`` (same arguments and result), with a chunked forward and a
-    recomputing hand-written backward. q, k, v (B, H, nb*bs, Dh); key_padding_mask (B, nb*bs) True at
-    padding; extra_k, extra_v (H, E, Dh). Returns (B, H, nb*bs, Dh)."""
+    """Drop-in for ``blocksparse_attention`` (same arguments, same result) with a chunked forward and a
+    hand-written backward. q, k, v (B, H, nb*bs, Dh); key_padding_mask (B, nb*bs) True at padding;
+    extra_k, extra_v (H, E, Dh). ``save_probs`` keeps the probabilities for the backward (faster);
+    False recomputes them (saves only q, k, v, out). Returns (B, H, nb*bs, Dh)."""
     b, h, length, d = q.shape
     if length != plan.num_blocks * plan.block_size:
         raise ValueError(
@@ -301,4 +318,10 @@ def blocked_blocksparse_attention(
         )
     scale = d**-0.5 if scale is None else float(scale)
     pad = None if key_padding_mask is None else key_padding_mask.to(torch.bool)
-    return _BlockSparseAttention.apply(q, k, v, extra_k, extra_v, plan, pad, scale, int(chunk_bytes))
+    tensors = [t for t in (q, k, v, extra_k, extra_v) if t is not None]
+    if not (torch.is_grad_enabled() and any(t.requires_grad for t in tensors)):
+        return _forward(q.contiguous(), k.contiguous(), v.contiguous(), extra_k, extra_v, plan, pad, scale,
+                        int(chunk_bytes), False)[0]
+    return _BlockSparseAttention.apply(
+        q, k, v, extra_k, extra_v, plan, pad, scale, int(chunk_bytes), bool(save_probs)
+    )

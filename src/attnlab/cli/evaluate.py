@@ -1,0 +1,179 @@
+"""``attnlab-eval``: evaluate a trained run (its folder or one checkpoint) on the task's test splits.
+
+    attnlab-eval runs/algo_copy/.../2025-01-01_12-00-00-s1            # checkpoints/last.ckpt of the run
+    attnlab-eval runs/.../checkpoints/step0001000.ckpt                 # one checkpoint
+    attnlab-eval RUN_DIR which=best paths.data_root=/data              # the best checkpoint; config overrides
+
+The run's own config (``.hydra/config.yaml`` and the overrides it was started with) rebuilds the task and
+the model; ``key=value`` arguments override it. Weights are loaded with ``weights_only=True``. The metrics
+go to ``eval.json`` beside the checkpoint (``<name>.eval.json`` for a checkpoint other than last.ckpt),
+written atomically. Bad input gets one line on stderr and exit code 2.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from attnlab.cli.common import fail, one_line, user_errors
+
+log = logging.getLogger("attnlab")
+WHICH = ("last", "best")
+
+
+class EvalError(ValueError):
+    """A run folder or checkpoint that cannot be evaluated; the message is one line."""
+
+
+def parse_args(argv: list[str]) -> tuple[Path, str, list[str]]:
+    path: str | None = None
+    which = "last"
+    overrides: list[str] = []
+    for arg in argv:
+        if arg in ("-h", "--help"):
+            print(__doc__.strip())
+            raise SystemExit(0)
+        if "=" not in arg:
+            if path is not None:
+                raise EvalError(f"one run folder or checkpoint, got a second path {arg!r}")
+            path = arg
+        elif arg.startswith("path="):
+            path = arg.split("=", 1)[1]
+        elif arg.startswith("which="):
+            which = arg.split("=", 1)[1]
+            if which not in WHICH:
+                raise EvalError(f"which={which!r} is not valid; valid: {', '.join(WHICH)}")
+        else:
+            overrides.append(arg)
+    if not path:
+        raise EvalError("give a run folder or a checkpoint: attnlab-eval RUN_DIR_OR_CKPT [which=best] [key=value ...]")
+    return Path(path), which, overrides
+
+
+def locate(path: Path, which: str) -> tuple[Path, Path]:
+    """(run folder, checkpoint) from a run folder or a checkpoint file."""
+    from attnlab.training.checkpointing import LAST, load_checkpoint_file
+
+    if path.is_file():
+        run_dir = path.parent.parent if path.parent.name == "checkpoints" else path.parent
+        return run_dir, path
+    if not path.is_dir():
+        raise EvalError(f"{path} is neither a run folder nor a checkpoint file")
+    last = path / "checkpoints" / LAST
+    if not last.is_file():
+        raise EvalError(f"{path} has no checkpoints/{LAST} (was the run started with callbacks=none or debug=fdr?)")
+    if which == "last":
+        return path, last
+    state = load_checkpoint_file(last).get("callbacks", {})
+    best = next((v.get("best_model_path") for k, v in state.items() if k.startswith("ModelCheckpoint")), None)
+    if not best:
+        raise EvalError(f"{path} records no best checkpoint (save_top_k=0?); use which=last")
+    best = Path(best)
+    if not best.is_file():  # the folder may have moved since: look for the file in this folder
+        best = path / "checkpoints" / best.name
+    if not best.is_file():
+        raise EvalError(f"the best checkpoint {best.name} is missing from {path / 'checkpoints'}")
+    return path, best
+
+
+def load_run_config(run_dir: Path, overrides: list[str]):
+    """The run's composed config with its scale applied, as ``run`` saw it, plus ``overrides``."""
+    from omegaconf import OmegaConf, open_dict
+
+    from attnlab.training.config import validate
+    from attnlab.training.run import apply_scale
+
+    cfg_file, ovr_file = run_dir / ".hydra" / "config.yaml", run_dir / ".hydra" / "overrides.yaml"
+    if not cfg_file.is_file():
+        raise EvalError(f"{run_dir} has no .hydra/config.yaml; is it an attnlab run folder?")
+    try:
+        cfg = OmegaConf.load(cfg_file)
+        started_with = [str(o) for o in (OmegaConf.load(ovr_file) if ovr_file.is_file() else [])]
+    except Exception as exc:  # noqa: BLE001 - any parse failure of the saved config is one user-facing line
+        raise EvalError(f"cannot read {cfg_file}: {one_line(exc)}") from None
+    OmegaConf.set_struct(cfg, True)
+    with open_dict(cfg):
+        cfg.paths.run_dir = str(run_dir)  # was ${hydra:runtime.output_dir}, which only Hydra resolves
+        cfg.paths.run_id = run_dir.name
+        for item in overrides:
+            key, value = item.split("=", 1)
+            if OmegaConf.select(cfg, key.lstrip("+"), default="__missing__") == "__missing__" \
+                    and not key.startswith("+"):
+                raise EvalError(f"unknown key '{key}' (misspelled?)")
+            OmegaConf.update(cfg, key.lstrip("+"), _parse_value(value), merge=True, force_add=True)
+    apply_scale(cfg, [*started_with, *overrides])
+    validate(cfg)
+    return cfg
+
+
+def _parse_value(text: str) -> Any:
+    import yaml
+
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
+
+
+def evaluate(path: Path, which: str = "last", overrides: list[str] | None = None) -> dict[str, Any]:
+    """Test a checkpoint on every evaluation split of its task; write and return ``eval.json``."""
+    import lightning as L
+    import torch
+
+    from attnlab.results.record import atomic_write_text
+    from attnlab.training.checkpointing import LAST, checkpoint_step, init_weights_from, load_checkpoint_file
+    from attnlab.training.run import build_datamodule, build_module, build_task_data, collect_metrics
+
+    run_dir, ckpt_path = locate(path, which)
+    cfg = load_run_config(run_dir, list(overrides or []))
+    step = checkpoint_step(load_checkpoint_file(ckpt_path))
+    L.seed_everything(int(cfg.seed), workers=True, verbose=False)
+    task = build_task_data(cfg)
+    module = build_module(cfg, task)
+    init_weights_from(module, ckpt_path)
+    datamodule = build_datamodule(cfg, task)
+    trainer = L.Trainer(accelerator=cfg.hardware.accelerator, devices=1, precision=cfg.hardware.precision,
+                        logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                        enable_model_summary=False, limit_test_batches=cfg.trainer.limit_test_batches,
+                        default_root_dir=str(run_dir))
+    trainer.test(module, datamodule=datamodule, verbose=False)
+    result = {
+        "checkpoint": str(ckpt_path.resolve()),
+        "step": step,
+        "task": cfg.task.name,
+        "splits": dict(task.eval_splits),
+        "metrics": {k: v for k, v in collect_metrics(trainer).items() if not k.startswith(("val/", "model/"))},
+        "metric_flavours": dict(task.metric_flavours),
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "versions": {"torch": torch.__version__, "lightning": L.__version__},
+    }
+    out = ckpt_path.with_name("eval.json" if ckpt_path.name == LAST else f"{ckpt_path.stem}.eval.json")
+    atomic_write_text(out, json.dumps(result, indent=2, sort_keys=True) + "\n")
+    result["written"] = str(out)
+    return result
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    for name in ("lightning.pytorch", "lightning.fabric"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+    os.environ.setdefault("HYDRA_FULL_ERROR", "0")
+    try:
+        path, which, overrides = parse_args(argv)
+        result = evaluate(path, which, overrides)
+    except (EvalError, *user_errors()) as exc:
+        fail(one_line(exc))
+    print(f"evaluated {result['checkpoint']} (step {result['step']})")
+    for key, value in result["metrics"].items():
+        print(f"  {key:<28} {'n/a' if value is None else f'{value:.4f}'}")
+    print(f"written: {result['written']}")
+
+
+if __name__ == "__main__":
+    main()

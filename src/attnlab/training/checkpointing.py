@@ -1,0 +1,366 @@
+"""Checkpoints that survive kills: atomic writes, safe loading, finding where to resume, and the
+"last" checkpoint that preemption and periodic saves write.
+
+Resuming (``resume=auto`` or ``ckpt_path=``) restores everything: weights, optimizer, schedule, loop
+counters, callback state, the data position and the random number generators. Initialising
+(``init_from=``) copies weights only, as fairseq's ``--restore-file`` with ``--reset-optimizer``.
+Every load uses ``torch.load(weights_only=True)``: a checkpoint that needs arbitrary unpickling is refused.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import pickle
+import random
+import signal
+import threading
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import torch
+from lightning.pytorch.callbacks import Checkpoint
+from lightning.pytorch.plugins.io import TorchCheckpointIO
+
+log = logging.getLogger("attnlab")
+
+LAST = "last.ckpt"
+TMP_MARK = ".tmp-"  # partial files carry this in their name and are never picked for resuming
+SIGNALS = ("SIGTERM", "SIGUSR1", "SIGUSR2")  # SIGUSR2 is submitit's default pre-timeout signal
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that cannot be used; the message is one line."""
+
+
+class Preempted(Exception):
+    """Training stopped on a signal after saving a checkpoint; rerunning the same command resumes."""
+
+    def __init__(self, signum: int, step: int, checkpoint: str | None, previous_handler: Any = None) -> None:
+        self.signum, self.step, self.checkpoint, self.previous_handler = signum, step, checkpoint, previous_handler
+        name = signal.Signals(signum).name
+        where = f"checkpoint saved: {checkpoint}" if checkpoint else "no checkpoint (checkpointing is off)"
+        super().__init__(f"stopped by {name} at step {step}; {where}; rerun the same command to resume")
+
+
+# -- writing and reading ------------------------------------------------------------------------------
+def atomic_torch_save(obj: Any, path: str | os.PathLike) -> None:
+    """``torch.save`` to a temporary file in the same folder, fsync, then rename over ``path``.
+
+    A kill at any moment leaves either the old file or the new one, never a truncated one.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f"{path.name}{TMP_MARK}{os.getpid()}")
+    try:
+        with open(tmp, "wb") as f:
+            torch.save(obj, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    try:  # make the rename itself durable
+        fd = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError:
+        pass
+
+
+def load_checkpoint_file(path: str | os.PathLike, map_location: Any = "cpu") -> dict[str, Any]:
+    """A checkpoint loaded with ``weights_only=True``; CheckpointError (one line) when it cannot be used."""
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"checkpoint {path} does not exist")
+    try:
+        obj = torch.load(path, map_location=map_location, weights_only=True)
+    except pickle.UnpicklingError as exc:
+        text = str(exc)
+        if "weights_only" in text or "Unsupported global" in text or "GLOBAL" in text:
+            found = _unsupported_global(text)
+            raise CheckpointError(
+                f"checkpoint {path} needs arbitrary unpickling{found}; refused (only tensors and plain "
+                f"containers are loaded, see docs/reliability.md)"
+            ) from None
+        raise CheckpointError(f"checkpoint {path} is corrupt: {text.splitlines()[0] if text else 'unpickling failed'}")\
+            from None
+    except (RuntimeError, EOFError, zipfile.BadZipFile, ValueError, OSError) as exc:
+        first = (str(exc).strip().splitlines() or [exc.__class__.__name__])[0]
+        raise CheckpointError(f"checkpoint {path} is corrupt or truncated ({first})") from None
+    if not isinstance(obj, dict):
+        raise CheckpointError(f"checkpoint {path} holds a {type(obj).__name__}, not a checkpoint dict")
+    return obj
+
+
+def _unsupported_global(text: str) -> str:
+    import re
+
+    m = re.search(r"Unsupported global: GLOBAL ([\w.]+)", text) or re.search(r"GLOBAL ([\w.]+)", text)
+    return f" (it contains {m.group(1)})" if m else ""
+
+
+class AtomicCheckpointIO(TorchCheckpointIO):
+    """Lightning's checkpoint IO with atomic writes and weights-only loads."""
+
+    def save_checkpoint(self, checkpoint: dict[str, Any], path, storage_options: Any | None = None) -> None:
+        atomic_torch_save(checkpoint, path)
+
+    def load_checkpoint(self, path, map_location: Any = None, weights_only: bool | None = None) -> dict[str, Any]:
+        return load_checkpoint_file(path, map_location="cpu" if map_location is None else map_location)
+
+
+def checkpoint_step(ckpt: dict[str, Any]) -> int:
+    return int(ckpt.get("global_step", 0))
+
+
+def find_resume_checkpoint(ckpt_dir: str | os.PathLike) -> tuple[Path, dict[str, Any]] | None:
+    """The newest complete checkpoint in ``ckpt_dir`` (highest step; ``last.ckpt`` on a tie).
+
+    Files that do not load are skipped with a warning, so a damaged file costs progress, not the run.
+    """
+    ckpt_dir = Path(ckpt_dir)
+    if not ckpt_dir.is_dir():
+        return None
+    best: tuple[tuple[int, int, float], Path, dict[str, Any]] | None = None
+    for path in ckpt_dir.glob("*.ckpt"):
+        if TMP_MARK in path.name:
+            continue
+        try:
+            ckpt = load_checkpoint_file(path)
+        except CheckpointError as exc:
+            log.warning("skipping unusable checkpoint: %s", exc)
+            continue
+        key = (checkpoint_step(ckpt), int(path.name == LAST), path.stat().st_mtime)
+        if best is None or key > best[0]:
+            best = (key, path, ckpt)
+    return (best[1], best[2]) if best else None
+
+
+def has_checkpoints(ckpt_dir: str | os.PathLike) -> bool:
+    ckpt_dir = Path(ckpt_dir)
+    return ckpt_dir.is_dir() and any(TMP_MARK not in p.name for p in ckpt_dir.glob("*.ckpt"))
+
+
+def remove_partial_files(ckpt_dir: str | os.PathLike) -> None:
+    """Temporary files left by a process killed while saving."""
+    ckpt_dir = Path(ckpt_dir)
+    if ckpt_dir.is_dir():
+        for p in ckpt_dir.glob(f"*{TMP_MARK}*"):
+            p.unlink(missing_ok=True)
+
+
+def model_weights(ckpt: dict[str, Any], path: str | os.PathLike) -> dict[str, torch.Tensor]:
+    """The LightningModule state dict of a Lightning checkpoint, or a plain state dict as given."""
+    state = ckpt.get("state_dict", ckpt)
+    if not isinstance(state, dict) or not state or not all(isinstance(v, torch.Tensor) for v in state.values()):
+        raise CheckpointError(f"checkpoint {path} has no model weights (expected a 'state_dict' of tensors)")
+    return state
+
+
+def init_weights_from(module: torch.nn.Module, path: str | os.PathLike) -> None:
+    """Copy weights from a checkpoint into ``module`` (all keys, same shapes); nothing else is restored."""
+    state = model_weights(load_checkpoint_file(path), path)
+    own = module.state_dict()
+    missing = sorted(set(own) - set(state))
+    unexpected = sorted(set(state) - set(own))
+    if missing or unexpected:
+        which = f"missing {missing[0]}" if missing else f"unexpected {unexpected[0]}"
+        raise CheckpointError(f"init_from={path} does not match this model ({which}, "
+                              f"{len(missing)} missing, {len(unexpected)} unexpected keys)")
+    for key, value in state.items():
+        if value.shape != own[key].shape:
+            raise CheckpointError(f"init_from={path} does not match this model: {key} has shape "
+                                  f"{tuple(value.shape)}, the model needs {tuple(own[key].shape)}")
+    module.load_state_dict(state, strict=True)
+
+
+# -- random number generators -------------------------------------------------------------------------
+def rng_state() -> dict[str, Any]:
+    """Every generator training draws from, as tensors and plain values (loadable with weights_only)."""
+    import numpy as np
+
+    name, keys, pos, has_gauss, cached = np.random.get_state()
+    state = {
+        "torch": torch.get_rng_state(),
+        "python": random.getstate(),
+        "numpy": {"name": name, "keys": torch.from_numpy(keys.astype("int64")), "pos": int(pos),
+                  "has_gauss": int(has_gauss), "cached": float(cached)},
+    }
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    import numpy as np
+
+    torch.set_rng_state(state["torch"])
+    version, internal, gauss = state["python"]
+    random.setstate((version, tuple(internal), gauss))
+    n = state["numpy"]
+    np.random.set_state((n["name"], n["keys"].numpy().astype("uint32"), n["pos"], n["has_gauss"], n["cached"]))
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+class RandomState(L.Callback):
+    """Saves the generators with each checkpoint and restores them just before the first batch after a resume.
+
+    Restoring late (not when the checkpoint is read) matters: setting up the loops and loaders in between
+    must not shift the dropout masks of the resumed run.
+    """
+
+    def __init__(self) -> None:
+        self._pending: dict[str, Any] | None = None
+
+    def state_dict(self) -> dict[str, Any]:
+        return rng_state()
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self._pending = dict(state_dict)
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        if self._pending is not None:
+            set_rng_state(self._pending)
+            self._pending = None
+
+
+# -- the "last" checkpoint, periodic saves and preemption ---------------------------------------------
+class LastCheckpoint(Checkpoint):
+    """Writes ``checkpoints/last.ckpt``: at each validation, every ``every_n_steps`` optimizer steps, at the
+    end of training, and when SIGTERM / SIGUSR1 / SIGUSR2 arrive (then training stops with ``Preempted``).
+
+    Saves happen only where Lightning resumes exactly: after an optimizer step that is not followed by a
+    validation, or once a validation is over. A signal that lands in a validation step is served when that
+    validation ends. Subclassing ``Checkpoint`` makes Lightning run these hooks after ModelCheckpoint's, so
+    the best-model bookkeeping stored in ``last.ckpt`` is up to date.
+    """
+
+    def __init__(self, dirpath: str | os.PathLike, every_n_steps: int | None = None,
+                 handle_signals: bool = True) -> None:
+        self.dirpath = Path(dirpath)
+        self.every_n_steps = every_n_steps or None
+        self.handle_signals = handle_signals
+        self.last_saved_step = -1
+        self.wandb_run_id: str | None = None  # set by run(); kept so a resumed run logs into the same wandb run
+        self._signal: int | None = None
+        self._stop_at: int | None = None  # the signal to stop for, once the saved step is fully logged
+        self._previous: dict[int, Any] = {}
+        self._installed: dict[int, Any] = {}
+        self._step_before = 0
+
+    @property
+    def path(self) -> Path:
+        return self.dirpath / LAST
+
+    @property
+    def state_key(self) -> str:
+        return "LastCheckpoint"
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"last_saved_step": self.last_saved_step, "wandb_run_id": self.wandb_run_id}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.last_saved_step = int(state_dict.get("last_saved_step", -1))
+        self.wandb_run_id = state_dict.get("wandb_run_id") or self.wandb_run_id
+
+    # signals ------------------------------------------------------------------------------------------
+    def setup(self, trainer, pl_module, stage: str) -> None:
+        # Lightning installs its own handlers right before training; remember what was there before it
+        # (e.g. submitit's requeue handler) so that handler can be called once our checkpoint is on disk.
+        if stage == "fit" and self.handle_signals and _main_thread():
+            self._previous = {s: signal.getsignal(s) for s in _signals()}
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        self._signal = self._stop_at = None
+        self._step_before = trainer.global_step
+        if not (self.handle_signals and _main_thread()):
+            return
+        for s in _signals():
+            self._installed[s] = signal.getsignal(s)
+            signal.signal(s, self._on_signal)
+
+    def _on_signal(self, signum, frame) -> None:
+        # Only note it: saving inside a signal handler could interrupt a half-done optimizer step.
+        if self._signal is None:
+            log.warning("received %s: saving a checkpoint after the current step, then stopping",
+                        signal.Signals(signum).name)
+        self._signal = signum
+
+    def _restore_handlers(self) -> None:
+        for s, handler in self._installed.items():
+            if signal.getsignal(s) == self._on_signal:
+                signal.signal(s, handler)
+        self._installed = {}
+
+    def _pending_signal(self, trainer) -> int | None:
+        pending = self._signal is not None
+        if trainer.world_size > 1:  # every rank must stop at the same step, or collectives hang
+            pending = trainer.strategy.reduce_boolean_decision(pending, all=False)
+            if pending and self._signal is None:
+                self._signal = signal.SIGTERM
+        return self._signal if pending else None
+
+    # saving -------------------------------------------------------------------------------------------
+    def save(self, trainer) -> None:
+        for lg in trainer.loggers:  # metrics logged so far reach disk before the state that follows them
+            lg.save()
+        trainer.save_checkpoint(self.path, weights_only=False)
+        self.last_saved_step = trainer.global_step
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        stepped = trainer.global_step != self._step_before
+        self._step_before = trainer.global_step
+        if not stepped or trainer.sanity_checking:
+            return
+        loop = trainer.fit_loop.epoch_loop
+        if loop._should_check_val_fx(trainer.fit_loop._data_fetcher):
+            return  # a validation follows: save when it ends
+        signum = self._pending_signal(trainer)
+        periodic = self.every_n_steps and trainer.global_step % self.every_n_steps == 0
+        if signum is not None or periodic:
+            self.save(trainer)
+        if signum is not None:
+            self._stop_at = signum
+
+    def on_validation_end(self, trainer, pl_module) -> None:
+        if trainer.sanity_checking or trainer.state.fn != "fit":
+            return
+        self.save(trainer)
+        signum = self._pending_signal(trainer)
+        if signum is not None:
+            self._stop_at = signum
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        # Stop here rather than right after saving: Lightning logs the saved step's metrics in between.
+        if self._stop_at is not None:
+            self._stop(trainer, self._stop_at)
+
+    def on_train_end(self, trainer, pl_module) -> None:
+        if self.last_saved_step != trainer.global_step:
+            self.save(trainer)
+        self._restore_handlers()
+        if self._stop_at is not None or self._signal is not None:
+            self._stop(trainer, self._stop_at or self._signal)  # do not start testing when asked to stop
+
+    def on_exception(self, trainer, pl_module, exception) -> None:
+        self._restore_handlers()
+
+    def _stop(self, trainer, signum: int) -> None:
+        self._restore_handlers()
+        self._stop_at = None
+        raise Preempted(signum, trainer.global_step, str(self.path), self._previous.get(signum))
+
+
+def _signals() -> list[int]:
+    return [getattr(signal, name) for name in SIGNALS if hasattr(signal, name)]
+
+
+def _main_thread() -> bool:
+    return threading.current_thread() is threading.main_thread()

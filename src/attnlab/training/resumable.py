@@ -1,0 +1,153 @@
+"""Data order and CSV logs that continue exactly where a killed run stopped.
+
+The training order is a function of (seed, epoch) only, and the data module's state in a checkpoint
+says how many batches of the current epoch were consumed; a resumed run skips exactly those. Loaders
+carry their own generators so that creating one never advances the global RNG (which drives dropout).
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+from lightning.pytorch.loggers import CSVLogger
+from lightning.pytorch.loggers.csv_logs import ExperimentWriter
+from lightning.pytorch.loggers.logger import rank_zero_experiment
+from torch.utils.data import DataLoader, DistributedSampler
+
+from attnlab.training.data import TaskDataModule
+
+
+class ResumableSampler(DistributedSampler):
+    """A shuffled order seeded by (seed, epoch), sharded over ranks, that can start part-way into an epoch.
+
+    Being a ``DistributedSampler`` keeps Lightning from replacing it under DDP.
+    """
+
+    def __init__(self, dataset, *, num_replicas: int, rank: int, seed: int) -> None:
+        super().__init__(dataset, num_replicas=num_replicas, rank=rank, shuffle=True, seed=seed, drop_last=False)
+        self.skip = 0  # indices of this rank to leave out at the start of the next iteration
+
+    def __iter__(self):
+        indices = list(super().__iter__())
+        skip, self.skip = self.skip, 0
+        return iter(indices[skip:])
+
+
+class ResumableDataModule(TaskDataModule):
+    """``TaskDataModule`` whose train order and position are part of the checkpoint."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.sampler: ResumableSampler | None = None
+        self._to_load: dict[str, int] | None = None
+
+    def _loader(self, split: str, *, train: bool) -> DataLoader:
+        generator = torch.Generator().manual_seed(self.shuffle_seed)
+        sampler = None
+        if train:
+            world = self.trainer.world_size if self.trainer is not None else 1
+            rank = self.trainer.global_rank if self.trainer is not None else 0
+            sampler = self.sampler = ResumableSampler(self.task.datasets[split], num_replicas=world, rank=rank,
+                                                      seed=self.shuffle_seed)
+            if self._to_load is not None:
+                self._apply(self._to_load)
+                self._to_load = None
+        return DataLoader(
+            self.task.datasets[split],
+            batch_size=self.micro_batch if train else self.eval_batch,
+            shuffle=False,
+            sampler=sampler,
+            drop_last=False,
+            collate_fn=self.task.collate,
+            num_workers=self.num_workers,
+            persistent_workers=self.num_workers > 0,
+            generator=generator,
+        )
+
+    def state_dict(self) -> dict[str, Any]:
+        if self.sampler is None or self.trainer is None:
+            return {}
+        # Batches whose training step has run in this epoch (saves happen after the step, see LastCheckpoint).
+        done = self.trainer.fit_loop.epoch_loop.batch_progress.current.processed
+        return {"epoch": int(self.sampler.epoch), "batches_done": int(done), "micro_batch": int(self.micro_batch)}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        if not state_dict:
+            return
+        if self.sampler is None:
+            self._to_load = dict(state_dict)  # applied when the train loader is built
+        else:
+            self._apply(state_dict)
+
+    def _apply(self, state: dict[str, int]) -> None:
+        sampler = self.sampler
+        skip = state["batches_done"] * state.get("micro_batch", self.micro_batch)
+        if skip >= sampler.num_samples:  # saved at the end of an epoch: the next one starts fresh
+            sampler.set_epoch(state["epoch"] + 1)
+            sampler.skip = 0
+        else:
+            sampler.set_epoch(state["epoch"])
+            sampler.skip = skip
+
+
+# -- CSV logs that a resumed run appends to --------------------------------------------------------------
+class _AppendingWriter(ExperimentWriter):
+    """Lightning's CSV writer deletes ``metrics.csv`` when a new logger opens the folder; this one keeps it,
+    drops the rows logged after the checkpoint being resumed (they will be logged again), and appends."""
+
+    def __init__(self, log_dir: str, keep_through_step: int | None) -> None:
+        self._keep_through_step = keep_through_step
+        super().__init__(log_dir)
+        path = Path(self.metrics_file_path)
+        if not path.is_file():
+            return
+        if keep_through_step is None:  # a fresh run in a reused folder starts a fresh file
+            path.unlink()
+            return
+        with path.open(newline="") as f:
+            reader = csv.DictReader(f)
+            keys = list(reader.fieldnames or [])
+            rows = [r for r in reader if _step(r) <= keep_through_step]
+        self.metrics_keys = sorted(keys)
+        tmp = path.with_name(path.name + ".tmp")
+        with tmp.open("w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=self.metrics_keys)
+            writer.writeheader()
+            writer.writerows(rows)
+        os.replace(tmp, path)
+
+    def log_metrics(self, metrics_dict: dict[str, float], step: int | None = None) -> None:
+        # A resumed run logs what it logs at start-up (parameter counts) again; those rows are already here.
+        if self._keep_through_step is not None and step is not None and step <= self._keep_through_step:
+            return
+        super().log_metrics(metrics_dict, step)
+
+    def _check_log_dir_exists(self) -> None:
+        pass  # the base class deletes metrics.csv here; __init__ decides what to keep
+
+
+def _step(row: dict[str, str]) -> float:
+    try:
+        return float(row.get("step") or 0)
+    except ValueError:
+        return 0.0
+
+
+class ResumableCSVLogger(CSVLogger):
+    """CSVLogger that appends to the run's ``metrics.csv`` on resume instead of replacing it."""
+
+    def __init__(self, *args, keep_through_step: int | None = None, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self._keep_through_step = keep_through_step
+
+    @property
+    @rank_zero_experiment
+    def experiment(self) -> ExperimentWriter:
+        if self._experiment is None:
+            self._fs.makedirs(self.root_dir, exist_ok=True)
+            self._experiment = _AppendingWriter(self.log_dir, self._keep_through_step)
+        return self._experiment

@@ -1,0 +1,171 @@
+"""BigBird fast kernels (blocked CPU path, FlexAttention) equal the reference in value and gradient."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from attnlab.attention import AttentionError, build_attention
+from attnlab.attention.kernels.blocksparse_blocked import blocked_blocksparse_attention
+from attnlab.attention.kernels.blocksparse_flex import flex_blocksparse_attention
+from attnlab.attention.kernels.blocksparse_reference import blocksparse_attention
+
+from .conftest import D_MODEL, HEADS
+from .test_bigbird import _LargestTensor
+
+
+def _plan(causal, length, block_size=4, max_len=64, **options):
+    m = build_attention("bigbird", d_model=D_MODEL, num_heads=HEADS, max_len=max_len, causal=causal,
+                        block_size=block_size, num_random_blocks=options.pop("num_random_blocks", 1),
+                        dense_fallback_len=0, **options)
+    return m.plan_for_length(length)
+
+
+def _inputs(b, h, length, d, dtype, extra, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    q, k, v = (torch.randn(b, h, length, d, dtype=dtype, generator=g, requires_grad=True) for _ in range(3))
+    ek = ev = None
+    if extra:
+        ek, ev = (torch.randn(h, extra, d, dtype=dtype, generator=g, requires_grad=True) for _ in range(2))
+    return q, k, v, ek, ev
+
+
+def _padding(b, length, *, left=0):
+    """Right padding of 0 and 7 positions; with ``left``, batch row 1 also starts with padding, which
+    leaves causal query rows whose keys are all padding (the 'dead row' convention)."""
+    lengths = torch.tensor([length, length - 7])[:b]
+    pad = torch.arange(length)[None] >= lengths[:, None]
+    if left and b > 1:
+        pad[1, :left] = True
+    return pad
+
+
+@pytest.mark.parametrize("save_probs", [True, False])
+@pytest.mark.parametrize("extra", [0, 2])
+@pytest.mark.parametrize("causal", [False, True])
+def test_blocked_gradcheck_float64(causal, extra, save_probs):
+    length = 24
+    plan = _plan(causal, length)
+    q, k, v, ek, ev = _inputs(2, 2, length, 3, torch.float64, extra)
+    pad = _padding(2, length, left=5)
+    tensors = [t for t in (q, k, v, ek, ev) if t is not None]
+
+    def fn(*ts):
+        q_, k_, v_, *rest = ts
+        ek_, ev_ = rest if rest else (None, None)
+        return blocked_blocksparse_attention(q_, k_, v_, plan, key_padding_mask=pad, extra_k=ek_, extra_v=ev_,
+                                             chunk_bytes=256, save_probs=save_probs)
+
+    assert torch.autograd.gradcheck(fn, tensors, eps=1e-6, atol=1e-5)
+
+
+@pytest.mark.parametrize("chunk_bytes", [1 << 10, 1 << 22])
+@pytest.mark.parametrize("extra", [0, 2])
+@pytest.mark.parametrize("causal", [False, True])
+def test_blocked_equals_reference_value_and_gradient_with_padding(causal, extra, chunk_bytes):
+    length = 40
+    plan = _plan(causal, length)
+    ins = _inputs(2, HEADS, length, 8, torch.float64, extra)
+    pad = _padding(2, length, left=6)
+    tensors = [t for t in ins if t is not None]
+    q, k, v, ek, ev = ins
+    kw = dict(key_padding_mask=pad, extra_k=ek, extra_v=ev, scale=0.3)
+    ref = blocksparse_attention(q, k, v, plan, **kw)
+    out = blocked_blocksparse_attention(q, k, v, plan, chunk_bytes=chunk_bytes, **kw)
+    torch.testing.assert_close(out, ref, atol=1e-12, rtol=1e-10)  # padded rows included
+    grad_out = torch.randn_like(ref)
+    for a, b in zip(torch.autograd.grad(ref, tensors, grad_out), torch.autograd.grad(out, tensors, grad_out)):
+        torch.testing.assert_close(b, a, atol=1e-12, rtol=1e-10)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_blocked_equals_reference_at_paper_sizes_float32(causal):
+    """Paper configuration (block 64, window 3, 2 global, 3 random) at L=768, head dim 64, with padding."""
+    length = 768
+    plan = _plan(causal, length, block_size=64, max_len=length, num_random_blocks=3)
+    assert plan.key_blocks.shape[1] == 8
+    q, k, v, _, _ = _inputs(2, 2, length, 64, torch.float32, 0)
+    pad = _padding(2, length)
+    ref = blocksparse_attention(q, k, v, plan, key_padding_mask=pad)
+    out = blocked_blocksparse_attention(q, k, v, plan, key_padding_mask=pad)
+    torch.testing.assert_close(out, ref, atol=2e-5, rtol=1e-4)
+    grad_out = torch.randn_like(ref)
+    for a, b in zip(torch.autograd.grad(ref, (q, k, v), grad_out), torch.autograd.grad(out, (q, k, v), grad_out)):
+        torch.testing.assert_close(b, a, atol=5e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_module_impls_agree_in_training_with_padding(causal):
+    """The whole layer (projections, padding to blocks, unpadding) with impl=reference vs blocked."""
+    torch.manual_seed(0)
+    kw = dict(d_model=D_MODEL, num_heads=HEADS, max_len=64, causal=causal, block_size=4, num_random_blocks=1,
+              dense_fallback_len=0)
+    ref = build_attention("bigbird", impl="reference", **kw).train()
+    fast = build_attention("bigbird", impl="blocked", **kw).train()
+    fast.load_state_dict(ref.state_dict())
+    x = torch.randn(2, 37, D_MODEL)
+    pad = torch.arange(37)[None] >= torch.tensor([37, 30])[:, None]
+    y_ref, y_fast = ref(x, key_padding_mask=pad), fast(x, key_padding_mask=pad)
+    torch.testing.assert_close(y_fast, y_ref, atol=1e-5, rtol=1e-5)
+    g = torch.randn_like(y_ref)
+    y_ref.backward(g)
+    y_fast.backward(g)
+    for (name, a), b in zip(ref.named_parameters(), fast.parameters()):
+        torch.testing.assert_close(b.grad, a.grad, atol=1e-5, rtol=1e-4, msg=name)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_blocked_training_step_never_materialises_a_length_squared_tensor(causal):
+    length = 512
+    plan = _plan(causal, length, block_size=8, max_len=length)
+    q, k, v, _, _ = _inputs(1, 2, length, 8, torch.float32, 0)
+    with _LargestTensor() as probe:
+        out = blocked_blocksparse_attention(q, k, v, plan)
+        out.sum().backward()
+    assert probe.largest < length * length
+
+
+@pytest.mark.parametrize("padded", [False, True])
+@pytest.mark.parametrize("causal", [False, True])
+def test_flex_block_mask_equals_reference(causal, padded):
+    """Eager (uncompiled) FlexAttention with the plan's BlockMask; real (non-dead) rows must agree."""
+    length = 32
+    plan = _plan(causal, length, block_size=16, max_len=length, num_random_blocks=0, num_global_blocks=1,
+                 window_blocks=1)
+    q, k, v, _, _ = _inputs(2, 2, length, 8, torch.float32, 0)
+    pad = _padding(2, length) if padded else None
+    with torch.no_grad():
+        ref = blocksparse_attention(q, k, v, plan, key_padding_mask=pad)
+        out = flex_blocksparse_attention(q, k, v, plan, key_padding_mask=pad, compiled=False)
+    torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)
+
+
+def test_impl_option_routing_and_refusals():
+    kw = dict(d_model=D_MODEL, num_heads=HEADS, max_len=64, block_size=4, num_random_blocks=1)
+    auto = build_attention("bigbird", **kw)
+    assert auto.options.impl == "auto"
+    assert auto.kernel_for(torch.device("cpu"), need_grad=True) == "blocked"
+    assert auto.kernel_for(torch.device("cpu"), need_grad=False) == "blocked"
+    flex = build_attention("bigbird", impl="flex", **kw)
+    assert flex.kernel_for(torch.device("cpu"), need_grad=False) == "flex"
+    with pytest.raises(AttentionError) as err:
+        flex.kernel_for(torch.device("cpu"), need_grad=True)
+    assert "\n" not in str(err.value)
+    for bad in ({"impl": "triton"}, {"impl": "flex", "num_global_tokens": 2}):
+        with pytest.raises(AttentionError):
+            build_attention("bigbird", **kw, **bad)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("causal", [False, True])
+def test_flex_on_cuda_equals_reference_in_value_and_gradient(causal):
+    dev = torch.device("cuda")
+    length = 1024
+    plan = _plan(causal, length, block_size=64, max_len=length, num_random_blocks=3).to(dev)
+    q, k, v = (t.detach().to(dev).requires_grad_() for t in _inputs(1, 4, length, 64, torch.float32, 0)[:3])
+    ref = blocksparse_attention(q, k, v, plan)
+    out = flex_blocksparse_attention(q, k, v, plan)
+    torch.testing.assert_close(out, ref, atol=1e-3, rtol=1e-3)
+    g = torch.randn_like(ref)
+    for a, b in zip(torch.autograd.grad(ref, (q, k, v), g), torch.autograd.grad(out, (q, k, v), g)):
+        torch.testing.assert_close(b, a, atol=2e-3, rtol=2e-3)

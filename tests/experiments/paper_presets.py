@@ -1,0 +1,69 @@
+"""What the experiment tests know about the paper presets: where they live and which paper table each
+folder reproduces. Shared by test_presets.py and test_rules.py; reads files only (no Hydra, no torch)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from tests.conftest import CONF, REPO
+
+EXPERIMENT_CONF = CONF / "experiment"
+SPECS = REPO / "experiments"
+PAPER_TABLES = SPECS / "paper_tables.yaml"
+
+# Preset folder <paper> -> key of that paper in paper_tables.yaml.
+PAPERS = {
+    "ut": "universal_transformer",
+    "lra": "lra",
+    "synthesizer": "synthesizer",
+    "qknorm": "qknorm",
+    "bigbird": "bigbird",
+}
+# Preset folder <paper>/<table> -> table key in paper_tables.yaml (when it is not the folder name itself).
+TABLES = {
+    "ut/table1": "table1_babi",
+    "ut/table3": "table3_lambada",
+    "ut/table4": "table4_algorithmic",
+    "ut/table5": "table5_lte_memorization",
+    "ut/table6": "table6_lte_program",
+    "ut/table7": "table7_wmt14_ende",
+    "qknorm/table1": "table_main_bleu",
+}
+
+
+def paper_table_key(table_dir: str) -> tuple[str, str]:
+    """``"ut/table4"`` -> ``("universal_transformer", "table4_algorithmic")``."""
+    paper, table = table_dir.split("/")
+    return PAPERS[paper], TABLES.get(table_dir, table)
+
+
+def table_dirs() -> list[str]:
+    """Every ``<paper>/<table>`` preset folder (demo excluded), sorted."""
+    out = []
+    for paper in sorted(PAPERS):
+        root = EXPERIMENT_CONF / paper
+        if root.is_dir():
+            out.extend(f"{paper}/{d.name}" for d in sorted(root.iterdir()) if d.is_dir())
+    return out
+
+
+def presets(table_dir: str) -> list[str]:
+    """The experiment names (``ut/table4/ut_copy``) of one table folder, sorted."""
+    return sorted(f"{table_dir}/{p.stem}" for p in (EXPERIMENT_CONF / table_dir).glob("*.yaml"))
+
+
+def preset_yaml(experiment: str) -> dict:
+    return yaml.safe_load((EXPERIMENT_CONF / f"{experiment}.yaml").read_text(encoding="utf-8"))
+
+
+def spec_files(table_dir: str) -> list[Path]:
+    """``experiments/<paper>/<table>.yaml`` and ``<table>_*.yaml`` (one spec per task of a multi-task table)."""
+    paper, table = table_dir.split("/")
+    root = SPECS / paper
+    return sorted({*root.glob(f"{table}.yaml"), *root.glob(f"{table}_*.yaml")})
+
+
+def paper_tables() -> dict:
+    return yaml.safe_load(PAPER_TABLES.read_text(encoding="utf-8"))

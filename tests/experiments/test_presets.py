@@ -1,0 +1,90 @@
+"""Paper presets and table specs agree with each other, with paper_tables.yaml and with the make targets.
+
+Reads files only (fast): composing and building the presets is test_rules.py's job.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+
+import pytest
+import yaml
+
+from attnlab.results.table import load_spec
+from tests.conftest import REPO
+from tests.experiments.paper_presets import (
+    EXPERIMENT_CONF,
+    SPECS,
+    paper_table_key,
+    paper_tables,
+    preset_yaml,
+    presets,
+    spec_files,
+    table_dirs,
+)
+
+TABLE_DIRS = table_dirs()
+PRESETS = [p for t in TABLE_DIRS for p in presets(t)]
+
+
+def test_the_priority_tables_have_presets():
+    for table in ("ut/table4", "lra/table1"):
+        assert table in TABLE_DIRS, f"no presets under conf/experiment/{table}"
+
+
+@pytest.mark.parametrize("experiment", PRESETS)
+def test_preset_names_itself_and_a_published_row(experiment):
+    text = (EXPERIMENT_CONF / f"{experiment}.yaml").read_text(encoding="utf-8")
+    assert text.startswith("# @package _global_"), f"{experiment}: presets must be '# @package _global_'"
+    data = yaml.safe_load(text)
+    assert data["experiment_name"] == experiment, "experiment_name must be the preset's path (tables match on it)"
+    paper, table = paper_table_key(experiment.rsplit("/", 1)[0])
+    rows = paper_tables()[paper]["tables"][table]["rows"]
+    assert data.get("row") in rows, f"{experiment}: row {data.get('row')!r} is not a row of {paper}.{table}"
+    assert data.get("defaults"), f"{experiment}: a preset names its groups with override /group: option"
+
+
+@pytest.mark.parametrize("table_dir", TABLE_DIRS)
+def test_every_preset_is_a_row_of_one_spec_and_every_spec_row_has_a_preset(table_dir):
+    files = spec_files(table_dir)
+    assert files, f"no table spec experiments/{table_dir}.yaml (or {table_dir}_<task>.yaml)"
+    paper, table = paper_table_key(table_dir)
+    mine = set(presets(table_dir))
+    used: list[str] = []
+    for path in files:
+        spec = load_spec(f"{path.parent.name}/{path.stem}", SPECS)
+        assert (spec.paper, spec.table) == (paper, table), f"{path.name}: paper/table must be {paper}/{table}"
+        assert spec.match.get("extra.debug", "absent") is None, f"{path.name}: keep debug runs out (extra.debug: null)"
+        for row in spec.rows:
+            experiment = row.match.get("experiment")
+            assert experiment in mine, f"{path.name}: row {row.label!r} matches no preset of {table_dir}"
+            assert row.paper_row == preset_yaml(experiment)["row"], f"{path.name}: {row.label!r}: paper_row != row"
+            used.append(experiment)
+    assert sorted(used) == sorted(mine), f"presets without a spec row (or used twice): {sorted(set(mine) ^ set(used))}"
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
+def test_reproduce_targets_run_every_preset_as_one_multirun_and_build_every_spec():
+    out = subprocess.run(["make", "-s", "reproduce-list"], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    listing = {line.split(":", 1)[0]: line for line in out.stdout.splitlines() if line.startswith("reproduce-")}
+    for table_dir in TABLE_DIRS:
+        target = "reproduce-" + table_dir.replace("/", "-")
+        assert target in listing, f"no make target {target} (make/reproduce.mk)"
+        rows = ",".join(presets(table_dir))
+        assert f"rows {rows};" in listing[target]
+        for path in spec_files(table_dir):
+            assert f"{path.parent.name}/{path.stem}" in listing[target]
+    dry = subprocess.run(
+        ["make", "-n", "reproduce-ut-table4", "SEEDS=4,5", "SCALE=paper", "HARDWARE=gpu8",
+         "LAUNCHER=submitit_slurm_attnlab", "ARGS=trainer.max_steps=7", "STAMP="],
+        cwd=REPO, capture_output=True, text=True, timeout=60,
+    )
+    assert dry.returncode == 0, dry.stderr
+    train = next(line for line in dry.stdout.splitlines() if "attnlab-train -m" in line)
+    assert train.startswith("ATTNLAB_SKIP_EXISTING=1 ")
+    for piece in (f"experiment={','.join(presets('ut/table4'))}", "seed=4,5", "scale=paper", "hardware=gpu8",
+                  "hydra/launcher=submitit_slurm_attnlab", "trainer.max_steps=7"):
+        assert piece in train
+    assert "attnlab-table table=ut/table4_copy" in dry.stdout
