@@ -44,19 +44,19 @@ def _padding(b, length, *, left=0):
 @pytest.mark.parametrize("extra", [0, 2])
 @pytest.mark.parametrize("causal", [False, True])
 def test_blocked_gradcheck_float64(causal, extra, save_probs):
-    length = 24
-    plan = _plan(causal, length)
-    q, k, v, ek, ev = _inputs(2, 2, length, 3, torch.float64, extra)
-    pad = _padding(2, length, left=5)
+    length = 16
+    plan = _plan(causal, length, block_size=2)  # 8 blocks, rows of at most 6: short rows and filler
+    q, k, v, ek, ev = _inputs(2, 1, length, 2, torch.float64, extra)
+    pad = _padding(2, length, left=3)
     tensors = [t for t in (q, k, v, ek, ev) if t is not None]
 
     def fn(*ts):
         q_, k_, v_, *rest = ts
         ek_, ev_ = rest if rest else (None, None)
         return blocked_blocksparse_attention(q_, k_, v_, plan, key_padding_mask=pad, extra_k=ek_, extra_v=ev_,
-                                             chunk_bytes=256, save_probs=save_probs)
+                                             chunk_bytes=128, save_probs=save_probs)
 
-    assert torch.autograd.gradcheck(fn, tensors, eps=1e-6, atol=1e-5)
+    assert torch.autograd.gradcheck(fn, tensors, eps=1e-6, atol=1e-5, fast_mode=True)
 
 
 @pytest.mark.parametrize("chunk_bytes", [1 << 10, 1 << 22])
@@ -132,7 +132,7 @@ def test_flex_block_mask_equals_reference(causal, padded):
     length = 32
     plan = _plan(causal, length, block_size=16, max_len=length, num_random_blocks=0, num_global_blocks=1,
                  window_blocks=1)
-    q, k, v, _, _ = _inputs(2, 2, length, 8, torch.float32, 0)
+    q, k, v = (t.detach() for t in _inputs(2, 2, length, 8, torch.float32, 0)[:3])
     pad = _padding(2, length) if padded else None
     with torch.no_grad():
         ref = blocksparse_attention(q, k, v, plan, key_padding_mask=pad)
