@@ -40,10 +40,13 @@ define reproduce
 endef
 
 .PHONY: reproduce-ut-table4 reproduce-ut-table7 reproduce-lra-table1 reproduce-qknorm-table1 \
-	reproduce-synthesizer-table2 reproduce-synthesizer-table6 reproduce-synthesizer-table7 reproduce-list
+	reproduce-synthesizer-table2 reproduce-synthesizer-table6 reproduce-synthesizer-table7 reproduce-list \
+	reproduce-synthesizer-table3 reproduce-synthesizer-table4 reproduce-synthesizer-table5 \
+	reproduce-ut-table1 reproduce-ut-table3
 
 reproduce-list: ## List every reproduce target's rows (presets) and table specs
-	@$(foreach t,ut/table4 ut/table7 lra/table1 qknorm/table1 synthesizer/table2 synthesizer/table6 synthesizer/table7,\
+	@$(foreach t,ut/table1 ut/table3 ut/table4 ut/table7 lra/table1 qknorm/table1 synthesizer/table2 synthesizer/table3 \
+		synthesizer/table4 synthesizer/table5 synthesizer/table6 synthesizer/table7,\
 		echo "reproduce-$(subst /,-,$(t)): rows $(or $(call repro_rows,$(t)),none yet); tables $(or $(call repro_specs,$(t)),none yet)";)
 
 reproduce-ut-table4: $(STAMP) ## UT Table 4: copy/reverse/addition, Transformer vs UT (SEEDS= SCALE= HARDWARE= LAUNCHER= ARGS=)
@@ -66,3 +69,18 @@ reproduce-synthesizer-table6: $(STAMP) ## Synthesizer Table 6: number of heads 2
 
 reproduce-synthesizer-table7: $(STAMP) ## Synthesizer Table 7: synthesizing functions (linear, conv, bottleneck, GLU)
 	$(call reproduce,synthesizer/table7)
+
+reproduce-synthesizer-table3: $(STAMP) ## Synthesizer Table 3: CNN/DailyMail ROUGE, PersonaChat BLEU/ROUGE/CIDEr per attention
+	$(call reproduce,synthesizer/table3)
+
+reproduce-synthesizer-table4: $(STAMP) ## Synthesizer Table 4: GLUE dev per attention (T5-base size, from scratch)
+	$(call reproduce,synthesizer/table4)
+
+reproduce-synthesizer-table5: $(STAMP) ## Synthesizer Table 5: SuperGLUE dev per attention (T5-base size, from scratch)
+	$(call reproduce,synthesizer/table5)
+
+reproduce-ut-table1: $(STAMP) ## UT Table 1: bAbI joint 10k/1k, Transformer vs UT vs UT+ACT
+	$(call reproduce,ut/table1)
+
+reproduce-ut-table3: $(STAMP) ## UT Table 3: LAMBADA LM, Transformer vs UT base (6/8/9 steps, ACT)
+	$(call reproduce,ut/table3)

@@ -22,11 +22,14 @@ from attnlab.training.config import validate
 from tests.experiments.paper_presets import presets, table_dirs
 
 ALWAYS_DIFFER = ("experiment_name", "row", "run_name")
+# Rule.group_by value: group rows by the last "_" part of the preset name (the paper column), for tables whose
+# columns differ in something the config cannot tell apart at every scale (UT Table 1: bAbI 10k vs 1k).
+PRESET_SUFFIX = "<preset suffix>"
 
 
 @dataclass(frozen=True)
 class Rule:
-    group_by: str | None  # config key splitting the rows into groups compared among themselves
+    group_by: str | None  # config key (or PRESET_SUFFIX) splitting the rows into groups compared among themselves
     may_differ: tuple[str, ...]  # fnmatch patterns over dotted config keys: the variable under study
     params_within: float | None = None  # max |params - reference| / reference; None: sizes differ by design
     reference: str | None = None  # preset stem (or suffix) of the reference row of each group
@@ -66,6 +69,22 @@ RULES: dict[str, Rule] = {
     "synthesizer/table2": Rule(group_by="task.name", may_differ=("model.attention", "model.attention.*")),
     "synthesizer/table6": Rule(group_by="task.name", may_differ=("model.num_heads",)),
     "synthesizer/table7": Rule(group_by="task.name", may_differ=("model.attention.synthesizer_fn",)),
+    # Synthesizer Tables 3-5 (summarization/dialogue; GLUE and SuperGLUE dev, trained from scratch here): per
+    # task, one setup and only the attention changes; parameter counts differ by design, as in Table 2.
+    "synthesizer/table3": Rule(group_by="task.name", may_differ=("model.attention", "model.attention.*")),
+    "synthesizer/table4": Rule(group_by="task.name", may_differ=("model.attention", "model.attention.*")),
+    "synthesizer/table5": Rule(group_by="task.name", may_differ=("model.attention", "model.attention.*")),
+    # UT Table 1 (bAbI, per column 10k / 1k joint): Transformer, UT and UT+ACT of T2T's tiny size share everything
+    # but the recurrence (and the model preset's name); the UT shares one layer, so it is smaller by design. At
+    # scale=cpu both columns train on the 1k set, so the columns are told apart by the preset name.
+    "ut/table1": Rule(group_by=PRESET_SUFFIX, may_differ=("model.name", "model.recurrence", "model.recurrence.*")),
+    # UT Table 3 (LAMBADA): T2T transformer_base vs universal_transformer_base (fixed 6/8/9 steps, ACT): sizes,
+    # dropout and T2T's width-scaled learning rate follow the model; no equal-size claim in the paper.
+    "ut/table3": Rule(
+        group_by="task.name",
+        may_differ=("model.name", "model.recurrence", "model.recurrence.*", "model.d_model", "model.num_heads",
+                    "model.d_ff", "model.dropout", "model.encoder_layers", "model.decoder_layers", "optim.lr"),
+    ),
     # QKNorm: per language pair, baseline and QKNorm share every hyperparameter; QKNorm adds one scalar g per
     # attention module, so the sizes match. That difference does not depend on the model's size, so the
     # (cheap) cpu-scale models check it.
@@ -127,7 +146,10 @@ def _plain(experiment: str, scale: str) -> dict:
 def _groups(table: str, rule: Rule, scale: str) -> dict[str, list[str]]:
     groups: dict[str, list[str]] = {}
     for experiment in presets(table):
-        key = str(OmegaConf.select(_config(experiment, scale), rule.group_by)) if rule.group_by else "all"
+        if rule.group_by == PRESET_SUFFIX:
+            key = experiment.rsplit("_", 1)[1]
+        else:
+            key = str(OmegaConf.select(_config(experiment, scale), rule.group_by)) if rule.group_by else "all"
         groups.setdefault(key, []).append(experiment)
     return groups
 

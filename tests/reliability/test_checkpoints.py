@@ -194,3 +194,15 @@ def test_checkpoints_hold_only_allow_listed_types(reference):
         ckpt = torch.load(path, weights_only=True)  # raises if anything needs arbitrary unpickling
         assert "RandomState" in ckpt["callbacks"] and "LastCheckpoint" in ckpt["callbacks"]
     json.dumps(torch.load(ref_dir / "checkpoints" / LAST, weights_only=True)["hyper_parameters"])
+
+
+def test_resumed_run_logs_into_the_same_wandb_run(tmp_path, monkeypatch):
+    monkeypatch.delenv("WANDB_MODE", raising=False)  # the logger config's own offline mode
+    with pytest.raises(Preempted):
+        _run(tmp_path, ["logger=wandb", "trainer.max_steps=4"], callbacks=[_SignalAt(1)])
+    first = (tmp_path / "wandb_run_id").read_text().strip()
+    assert torch.load(tmp_path / "checkpoints" / LAST, weights_only=True)["callbacks"]["LastCheckpoint"][
+        "wandb_run_id"] == first
+    resumed = _run(tmp_path, ["logger=wandb", "trainer.max_steps=4"])
+    assert resumed["wandb_run_id"] == first
+    assert {p.name.rsplit("-", 1)[-1] for p in (tmp_path / "wandb").glob("offline-run-*")} == {first}

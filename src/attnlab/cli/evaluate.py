@@ -60,6 +60,7 @@ def locate(path: Path, which: str) -> tuple[Path, Path]:
     from attnlab.training.checkpointing import LAST, load_checkpoint_file
 
     if path.is_file():
+        load_checkpoint_file(path)  # a damaged or unsafe file is the first thing to report
         run_dir = path.parent.parent if path.parent.name == "checkpoints" else path.parent
         return run_dir, path
     if not path.is_dir():
@@ -130,8 +131,8 @@ def evaluate(path: Path, which: str = "last", overrides: list[str] | None = None
     from attnlab.training.run import build_datamodule, build_module, build_task_data, collect_metrics
 
     run_dir, ckpt_path = locate(path, which)
-    cfg = load_run_config(run_dir, list(overrides or []))
     step = checkpoint_step(load_checkpoint_file(ckpt_path))
+    cfg = load_run_config(run_dir, list(overrides or []))
     L.seed_everything(int(cfg.seed), workers=True, verbose=False)
     task = build_task_data(cfg)
     module = build_module(cfg, task)

@@ -70,7 +70,10 @@ def _load_families() -> None:
         glue,
         lambada,
         listops,
+        lra_bytes,
+        lte,
         summarization,
+        sva,
         text_lm,
         translation,
     )

@@ -166,10 +166,58 @@ class LambadaTask(CommonTask):
     max_eval_passages: Any = None
 
 
+@dataclass
+class LteTask(CommonTask):
+    variant: str = "program"          # program | control | addition | copy | double | reverse
+    operations: Any = None            # program operations to draw from; null: the variant's own set
+    length: int = 5                   # digits of the numbers (memorization: of the number to copy)
+    nesting: int = 2                  # operations composed per program
+    strategy: str = "mix"             # mix (UT: no curriculum) | baseline (always length/nesting)
+    train_size: int = 0
+    val_size: int = 0
+    test_size: int = 0
+
+
+@dataclass
+class SvaTask(CommonTask):
+    data_root: str = "data"
+    source: str = "hub"               # hub | local
+    files: dict = field(default_factory=dict)   # {all: tsv} (split by split_fractions) or {train, val, test}
+    hub_id: Any = None                # no public hub copy is known: null, and the loader says what to do
+    hub_config: Any = None
+    hub_split: str = "train"
+    text_field: str = "sentence"      # Linzen's columns: sentence (10K-word vocabulary) | orig_sentence
+    split_fractions: dict = field(default_factory=lambda: {"train": 0.09, "val": 0.01, "test": 0.9})
+    seed_split: int = 0
+    max_examples: Any = None          # cap per split after splitting (cpu scale)
+    max_attractors: int = 5           # acc_attractors_0..max_attractors are reported
+    only_attractors: bool = True      # per-attractor accuracy on sentences whose intervening nouns are all attractors
+    tokenizer: dict = field(default_factory=lambda: {"kind": "word", "vocab_size": 0, "min_frequency": 1})
+    tokenizer_cache: Any = None
+
+
+@dataclass
+class LraBytesTask(CommonTask):
+    data_root: str = "data"
+    source: str = "local"             # local | hub (lra_text only)
+    format: str = "aclimdb"           # lra_text: aclimdb (Stanford release folders); lra_retrieval: aan_tsv
+    files: dict = field(default_factory=dict)
+    hub_id: Any = None
+    hub_config: Any = None
+    hub_splits: dict = field(default_factory=lambda: {"train": "train", "val": "test", "test": "test"})
+    hub_text_field: str = "text"
+    hub_label_field: str = "label"
+    max_len: int = 4000               # bytes per document (retrieval: per side)
+    max_train_examples: Any = None
+    max_eval_examples: Any = None
+    seed_split: int = 0
+
+
 _SCHEMAS = {"algorithmic": AlgorithmicTask, "listops": ListOpsTask, "text_lm": TextLMTask,
             "translation": TranslationTask, "summarization": SummarizationTask, "dialogue": DialogueTask,
             "babi": BabiTask, "glue": GlueTask,
-            "lambada": LambadaTask}
+            "lambada": LambadaTask, "lte": LteTask, "sva": SvaTask, "lra_text": LraBytesTask,
+            "lra_retrieval": LraBytesTask}
 
 
 def task_schema(loader: str) -> type:

@@ -91,6 +91,7 @@ class TrainerSchema:
 class BatchSchema:
     sentences_per_update: int
     eval_batch_size: int
+    tokens_per_update: Any = None   # int: token-budget batching (training/data.py); null: by sentences
 
 
 @dataclass
@@ -133,6 +134,7 @@ CHOICES = {
 
 POSITIVE = ("model.d_model", "model.num_heads", "model.d_ff", "hardware.devices", "hardware.num_nodes",
             "hardware.max_batch_per_device", "batch.sentences_per_update", "batch.eval_batch_size",
+            "batch.tokens_per_update",
             "trainer.log_every_n_steps", "trainer.val_check_interval", "optim.lr")
 NON_NEGATIVE = ("model.encoder_layers", "model.random_position_offset", "model.decoder_layers", "optim.warmup_steps",
                 "hardware.num_workers", "optim.weight_decay", "optim.grad_clip", "trainer.num_sanity_val_steps")
