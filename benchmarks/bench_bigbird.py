@@ -21,7 +21,15 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks._common import (  # noqa: E402
-    RESULTS, fmt, interleaved, machine, memory_in_subprocess, peak_extra_bytes, plot_vs_length, ratios, stats,
+    RESULTS,
+    fmt,
+    interleaved,
+    machine,
+    memory_in_subprocess,
+    peak_extra_bytes,
+    plot_vs_length,
+    ratios,
+    stats,
     write_results,
 )
 
@@ -80,7 +88,9 @@ def make_case(name: str, length: int):
 
     if base == "hf":
         from transformers.models.big_bird.modeling_big_bird import (
-            BigBirdBlockSparseAttention, BigBirdConfig, BigBirdModel,
+            BigBirdBlockSparseAttention,
+            BigBirdConfig,
+            BigBirdModel,
         )
 
         cfg = BigBirdConfig(hidden_size=H * D, num_attention_heads=H, block_size=BS, num_random_blocks=3,
@@ -188,7 +198,8 @@ def main() -> None:
     lines.append("")
     if mem["hf"] and mem["blocked"]:
         frac = mem["blocked"] / mem["hf"]
-        msg = f"- **blocked / hf peak extra memory** = {frac:.3f} (target <= 0.25: {'MET' if frac <= 0.25 else 'MISSED'})"
+        ok = "MET" if frac <= 0.25 else "MISSED"
+        msg = f"- **blocked / hf peak extra memory** = {frac:.3f} (target <= 0.25: {ok})"
         lines.append(msg)
         print(msg, flush=True)
     if mem_16k and mem["blocked"]:

@@ -42,10 +42,10 @@ endef
 .PHONY: reproduce-ut-table4 reproduce-ut-table7 reproduce-lra-table1 reproduce-qknorm-table1 \
 	reproduce-synthesizer-table2 reproduce-synthesizer-table6 reproduce-synthesizer-table7 reproduce-list \
 	reproduce-synthesizer-table3 reproduce-synthesizer-table4 reproduce-synthesizer-table5 \
-	reproduce-ut-table1 reproduce-ut-table3
+	reproduce-ut-table1 reproduce-ut-table3 reproduce-ut-table5 reproduce-ut-table6
 
 reproduce-list: ## List every reproduce target's rows (presets) and table specs
-	@$(foreach t,ut/table1 ut/table3 ut/table4 ut/table7 lra/table1 qknorm/table1 synthesizer/table2 synthesizer/table3 \
+	@$(foreach t,ut/table1 ut/table3 ut/table4 ut/table5 ut/table6 ut/table7 lra/table1 qknorm/table1 synthesizer/table2 synthesizer/table3 \
 		synthesizer/table4 synthesizer/table5 synthesizer/table6 synthesizer/table7,\
 		echo "reproduce-$(subst /,-,$(t)): rows $(or $(call repro_rows,$(t)),none yet); tables $(or $(call repro_specs,$(t)),none yet)";)
 
@@ -84,3 +84,9 @@ reproduce-ut-table1: $(STAMP) ## UT Table 1: bAbI joint 10k/1k, Transformer vs U
 
 reproduce-ut-table3: $(STAMP) ## UT Table 3: LAMBADA LM, Transformer vs UT base (6/8/9 steps, ACT)
 	$(call reproduce,ut/table3)
+
+reproduce-ut-table5: $(STAMP) ## UT Table 5: Learning to Execute memorization (copy/double/reverse), Transformer vs UT
+	$(call reproduce,ut/table5)
+
+reproduce-ut-table6: $(STAMP) ## UT Table 6: Learning to Execute program evaluation (program/control/addition)
+	$(call reproduce,ut/table6)

@@ -8,8 +8,13 @@ import pytest
 from torch.utils.data import DistributedSampler
 
 from attnlab.tasks import build_task
-from attnlab.training.data import (TaskDataModule, TokenBudgetSampler, derive_token_batching, example_length,
-                                   pack_by_tokens)
+from attnlab.training.data import (
+    TaskDataModule,
+    TokenBudgetSampler,
+    derive_token_batching,
+    example_length,
+    pack_by_tokens,
+)
 
 LENGTHS = [random.Random(0).randint(1, 60) for _ in range(500)] + [300]  # one example above the budget
 
@@ -93,3 +98,13 @@ def test_datamodule_token_loader_yields_collated_batches_within_budget():
         assert b["src"].shape[0] * width <= 120 or b["src"].shape[0] == 1
     plain = TaskDataModule(task, micro_batch=16, eval_batch=8).train_dataloader()
     assert next(iter(plain))["src"].shape[0] == 16
+
+
+def test_tokens_per_update_is_a_validated_batch_key(tmp_path):
+    from attnlab.training.config import ConfigError, validate
+    from tests.conftest import compose
+
+    assert compose([], run_dir=tmp_path).batch.tokens_per_update is None
+    validate(compose(["batch.tokens_per_update=4096"], run_dir=tmp_path))
+    with pytest.raises(ConfigError, match="batch.tokens_per_update=0 must be positive"):
+        validate(compose(["batch.tokens_per_update=0"], run_dir=tmp_path))

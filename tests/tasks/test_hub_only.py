@@ -176,3 +176,23 @@ def test_lra_retrieval_missing_files_say_where_to_get_them(tmp_path):
         build_task(task_cfg("lra/retrieval", tmp_path), seed=0)
     with pytest.raises(DataError, match="no public hub id"):
         build_task(task_cfg("lra/retrieval", tmp_path, "task.source=hub"), seed=0)
+
+
+@pytest.mark.slow  # real (tiny) training runs on the fixtures
+@pytest.mark.parametrize("option", ["sva/agreement", "lra/retrieval"])
+def test_fixture_tasks_train_a_few_steps_and_report(tmp_path, option):
+    from attnlab.training.run import run
+    from tests.conftest import TINY
+
+    _write_agreement(tmp_path / "data" / "sva" / "agr.tsv")
+    _write_aan(tmp_path / "data" / "lra_release" / "tsv_data", header=False)
+    sva = ["task.source=local", "task.files.all=sva/agr.tsv", "task.split_fractions={train: 0.5, val: 0.1, test: 0.4}"]
+    extra = sva if option == "sva/agreement" else ["task.at_scale.cpu.max_len=32"]
+    cfg = compose([*TINY, "debug=fdr", f"task={option}", f"paths.data_root={tmp_path / 'data'}", *extra],
+                  run_dir=tmp_path / "run")
+    record = run(cfg, run_dir=tmp_path / "run", command="pytest")
+    assert record["status"] == "completed"
+    final = record["metrics"]["final"]
+    assert "test/acc" in final
+    if option == "sva/agreement":
+        assert "test/acc_attractors_0" in final

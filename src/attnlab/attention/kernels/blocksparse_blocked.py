@@ -27,11 +27,69 @@ Why it is faster than the reference under autograd (numbers in docs/performance.
 
 from __future__ import annotations
 
+import contextlib
+import os
+from concurrent.futures import ThreadPoolExecutor
+
 import torch
 
 from attnlab.attention.kernels.blocksparse_reference import BlockSparsePlan
 
-DEFAULT_CHUNK_BYTES = 4 << 20  # fp32 scores of one chunk of query rows (1M scores)
+DEFAULT_CHUNK_BYTES = 2 << 20  # fp32 scores of one chunk of query rows (512K scores)
+
+_POOL: ThreadPoolExecutor | None = None
+_POOL_KEY: tuple[int, int] | None = None
+
+
+def _pool(workers: int) -> ThreadPoolExecutor:
+    """Worker threads that each run single-threaded torch ops (set in the initializer, thread-local)."""
+    global _POOL, _POOL_KEY
+    key = (os.getpid(), workers)
+    if key != _POOL_KEY:
+        _POOL = ThreadPoolExecutor(workers, thread_name_prefix="attnlab-blocksparse",
+                                   initializer=torch.set_num_threads, initargs=(1,))
+        _POOL_KEY = key
+    return _POOL
+
+
+def _run_parts(work, chunks: list, workers: int) -> None:
+    """Run ``work(part_chunks, part_index)`` over the chunks, split round-robin among ``workers`` threads.
+
+    Each chunk is a handful of small ops; with torch's intra-op threads every op ends in a barrier, and on a
+    shared machine a preempted thread stalls all of them at every op. Independent single-threaded workers
+    over disjoint chunks synchronise once per call instead. Grad mode and inference mode are thread-local
+    in torch, so the caller's are re-entered in the workers."""
+    if workers <= 1 or len(chunks) < 2:
+        work(chunks, 0)
+        return
+    inference = torch.is_inference_mode_enabled()
+
+    def run(part: int):
+        ctx = torch.inference_mode() if inference else torch.no_grad()
+        with ctx:
+            work(chunks[part::workers], part)
+
+    for f in [_pool(workers).submit(run, i) for i in range(workers)]:
+        f.result()
+
+
+@contextlib.contextmanager
+def _single_threaded(active: bool):
+    """The calling thread's own ops (setup, accumulation) single-threaded while the workers run: an
+    intra-op barrier per small op costs more than it saves on a busy machine. Thread-local setting."""
+    if not active:
+        yield
+        return
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def _workers(workers: int | None) -> int:
+    return max(1, torch.get_num_threads() if workers is None else int(workers))
 
 _LAYOUTS: dict[int, tuple[BlockSparsePlan, dict]] = {}
 
@@ -148,33 +206,35 @@ def _dense_probs(qd, kd, plan, dense, pad, e, bs):
 
 class _BlockSparseAttention(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, extra_k, extra_v, plan, pad, scale, chunk_bytes, save_probs):
+    def forward(ctx, q, k, v, extra_k, extra_v, plan, pad, scale, chunk_bytes, save_probs, workers):
         q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
-        out, probs = _forward(q, k, v, extra_k, extra_v, plan, pad, scale, chunk_bytes, save_probs)
+        with _single_threaded(workers > 1):
+            out, probs = _forward(q, k, v, extra_k, extra_v, plan, pad, scale, chunk_bytes, save_probs, workers)
         ctx.save_for_backward(q, k, v, extra_k, extra_v, out)
         ctx.probs = probs
-        ctx.plan, ctx.pad, ctx.scale, ctx.chunk_bytes = plan, pad, scale, chunk_bytes
+        ctx.plan, ctx.pad, ctx.scale, ctx.chunk_bytes, ctx.workers = plan, pad, scale, chunk_bytes, workers
         return out
 
     @staticmethod
     def backward(ctx, dout):
         q, k, v, extra_k, extra_v, out = ctx.saved_tensors
         probs, ctx.probs = ctx.probs, None
-        grads = _backward(
-            q, k, v, extra_k, extra_v, out, dout.contiguous(), ctx.plan, ctx.pad, ctx.scale,
-            ctx.chunk_bytes, ctx.needs_input_grad, probs,
-        )
-        return (*grads, None, None, None, None, None)
+        with _single_threaded(ctx.workers > 1):
+            grads = _backward(
+                q, k, v, extra_k, extra_v, out, dout.contiguous(), ctx.plan, ctx.pad, ctx.scale,
+                ctx.chunk_bytes, ctx.needs_input_grad, probs, ctx.workers,
+            )
+        return (*grads, None, None, None, None, None, None)
 
 
 def _chunks(plan: BlockSparsePlan, lay: dict, b: int, h: int, e: int, itemsize: int, chunk_bytes: int):
     r = plan.row_blocks.numel()
     keys = lay["K"] * plan.block_size + e
     c = max(1, chunk_bytes // max(1, b * h * plan.block_size * keys * itemsize))
-    return [(lo, min(r, lo + c)) for lo in range(0, r, c)]
+    return [(j, lo, min(r, lo + c)) for j, lo in enumerate(range(0, r, c))]
 
 
-def _forward(q, k, v, extra_k, extra_v, plan, pad, scale, chunk_bytes, keep_probs):
+def _forward(q, k, v, extra_k, extra_v, plan, pad, scale, chunk_bytes, keep_probs, workers):
     b, h, length, d = q.shape
     bs, nb = plan.block_size, plan.num_blocks
     lay = _layout(plan)
@@ -183,25 +243,35 @@ def _forward(q, k, v, extra_k, extra_v, plan, pad, scale, chunk_bytes, keep_prob
     out = torch.empty_like(q)
     qb, kb, vb, ob = (t.view(b, h, nb, bs, d) for t in (qs, k, v, out))
     rows, rng, idx = plan.row_blocks, lay["rows_range"], lay["idx"]
-    probs: dict = {"rows": [], "dense": None, "dead": [], "dense_dead": None} if keep_probs else None
-    if rows.numel():
-        pad_g = None if pad is None else pad.view(b, nb, bs)[:, idx].reshape(b, *idx.shape[:1], -1)
-        for lo, hi in _chunks(plan, lay, b, h, e, q.element_size(), chunk_bytes):
+    dense = plan.dense_rows
+    chunks = _chunks(plan, lay, b, h, e, q.element_size(), chunk_bytes) if rows.numel() else []
+    tasks = [("d", i) for i in range(dense.numel())] + [("s", *c) for c in chunks]
+    probs: dict | None = None
+    if keep_probs:
+        probs = {"rows": [None] * len(chunks), "dead": [None] * len(chunks),
+                 "dense": [None] * dense.numel(), "dense_dead": [None] * dense.numel()}
+    pad_g = None if pad is None or not chunks else pad.view(b, nb, bs)[:, idx].reshape(b, idx.shape[0], -1)
+    kd = _extra_all(k, extra_k) if dense.numel() else None
+    vd = _extra_all(v, extra_v) if dense.numel() else None
+
+    def work(part, _):
+        for task in part:
+            if task[0] == "d":
+                i = task[1]
+                blk = dense[i : i + 1]
+                p, dead = _dense_probs(qb[:, :, blk], kd, plan, blk, pad, e, bs)
+                ob[:, :, blk] = torch.matmul(p, vd)
+                if probs is not None:
+                    probs["dense"][i], probs["dense_dead"][i] = p, dead
+                continue
+            _, j, lo, hi = task
             ic = idx[lo:hi]
             p, dead = _chunk_probs(_rows(qb, rows, rng, lo, hi), _gather(kb, ic, extra_k), lay, lo, hi, pad_g, e, bs)
             _put_rows(ob, rows, rng, lo, hi, torch.matmul(p, _gather(vb, ic, extra_v)))
-            if keep_probs:
-                probs["rows"].append(p)
-                probs["dead"].append(dead)
-    dense = plan.dense_rows
-    if dense.numel():
-        g = dense.numel()
-        qd = qb.index_select(2, dense).view(b, h, 1, g * bs, d)
-        kd = _extra_all(k, extra_k)
-        p, dead = _dense_probs(qd, kd, plan, dense, pad, e, bs)
-        ob[:, :, dense] = torch.matmul(p, _extra_all(v, extra_v)).view(b, h, g, bs, d)
-        if keep_probs:
-            probs["dense"], probs["dense_dead"] = p, dead
+            if probs is not None:
+                probs["rows"][j], probs["dead"][j] = p, dead
+
+    _run_parts(work, tasks, workers)
     return out, probs
 
 
@@ -223,7 +293,7 @@ def _chunk_grads(p, dead, qc, kc, vc, doc, deltac):
     return torch.matmul(ds, kc), torch.matmul(ds.transpose(-1, -2), qc), dv
 
 
-def _backward(q, k, v, extra_k, extra_v, out, dout, plan, pad, scale, chunk_bytes, needs, probs):
+def _backward(q, k, v, extra_k, extra_v, out, dout, plan, pad, scale, chunk_bytes, needs, probs, workers):
     b, h, length, d = q.shape
     bs, nb = plan.block_size, plan.num_blocks
     lay = _layout(plan)
@@ -237,16 +307,49 @@ def _backward(q, k, v, extra_k, extra_v, out, dout, plan, pad, scale, chunk_byte
     deltab = delta.view(b, h, nb, bs, 1)
     rows, rng, idx = plan.row_blocks, lay["rows_range"], lay["idx"]
 
-    def split_extra(gk, gv):
+    dense = plan.dense_rows
+    chunks = _chunks(plan, lay, b, h, e, q.element_size(), chunk_bytes) if rows.numel() else []
+    tasks = [("d", i) for i in range(dense.numel())] + [("s", *c) for c in chunks]
+    nparts = max(1, min(workers, len(tasks)))
+    # dK/dV targets: part 0 accumulates into dk/dv, the others into their own buffers (summed below)
+    acc = [(dk, dv, dek, dev_)] + [
+        (torch.zeros_like(dk), torch.zeros_like(dv), None if dek is None else torch.zeros_like(dek),
+         None if dev_ is None else torch.zeros_like(dev_))
+        for _ in range(nparts - 1)
+    ]
+
+    def split_extra(gk, gv, dek_, dev__):
         if e:
-            dek.add_(gk[:, :, :, :e].sum(2))
-            dev_.add_(gv[:, :, :, :e].sum(2))
+            dek_.add_(gk[:, :, :, :e].sum(2))
+            dev__.add_(gv[:, :, :, :e].sum(2))
             gk, gv = gk[:, :, :, e:], gv[:, :, :, e:]
         return gk, gv
 
-    if rows.numel():
-        pad_g = None if pad is None else pad.view(b, nb, bs)[:, idx].reshape(b, *idx.shape[:1], -1)
-        for j, (lo, hi) in enumerate(_chunks(plan, lay, b, h, e, q.element_size(), chunk_bytes)):
+    pad_g = None if pad is None or not chunks else pad.view(b, nb, bs)[:, idx].reshape(b, idx.shape[0], -1)
+    kd = _extra_all(k, extra_k) if dense.numel() else None
+    vd = _extra_all(v, extra_v) if dense.numel() else None
+
+    def work(part, w):
+        dk_, dv_, dek_, dev__ = acc[w]
+        dkb_, dvb_ = dk_.view(b, h, nb, bs, d), dv_.view(b, h, nb, bs, d)
+        for task in part:
+            if task[0] == "d":
+                i = task[1]
+                blk = dense[i : i + 1]
+                qd = qb[:, :, blk]
+                if probs is not None:
+                    p, dead = probs["dense"][i], probs["dense_dead"][i]
+                    probs["dense"][i] = None
+                else:
+                    p, dead = _dense_probs(qd, kd, plan, blk, pad, e, bs)
+                gq, gk, gv = _chunk_grads(p, dead, qd, kd, vd, dob[:, :, blk], deltab[:, :, blk])
+                del p
+                dqb[:, :, blk] = gq
+                gk, gv = split_extra(gk, gv, dek_, dev__)
+                dk_.add_(gk[:, :, 0])
+                dv_.add_(gv[:, :, 0])
+                continue
+            _, j, lo, hi = task
             ic = idx[lo:hi]
             qc, kc = _rows(qb, rows, rng, lo, hi), _gather(kb, ic, extra_k)
             if probs is not None:
@@ -260,29 +363,19 @@ def _backward(q, k, v, extra_k, extra_v, out, dout, plan, pad, scale, chunk_byte
             )
             del p
             _put_rows(dqb, rows, rng, lo, hi, gq)
-            gk, gv = split_extra(gk, gv)
+            gk, gv = split_extra(gk, gv, dek_, dev__)
             flat = ic.reshape(-1)
             n = hi - lo
-            dkb.index_add_(2, flat, gk.reshape(b, h, n * lay["K"], bs, d))
-            dvb.index_add_(2, flat, gv.reshape(b, h, n * lay["K"], bs, d))
-    dense = plan.dense_rows
-    if dense.numel():
-        g = dense.numel()
-        qd = qb.index_select(2, dense).view(b, h, 1, g * bs, d)
-        kd = _extra_all(k, extra_k)
-        if probs is not None:
-            p, dead = probs["dense"], probs["dense_dead"]
-        else:
-            p, dead = _dense_probs(qd, kd, plan, dense, pad, e, bs)
-        gq, gk, gv = _chunk_grads(
-            p, dead, qd, kd, _extra_all(v, extra_v), dob.index_select(2, dense).view(b, h, 1, g * bs, d),
-            deltab.index_select(2, dense).view(b, h, 1, g * bs, 1),
-        )
-        del p
-        dqb[:, :, dense] = gq.view(b, h, g, bs, d)
-        gk, gv = split_extra(gk, gv)
-        dk += gk[:, :, 0]
-        dv += gv[:, :, 0]
+            dkb_.index_add_(2, flat, gk.reshape(b, h, n * lay["K"], bs, d))
+            dvb_.index_add_(2, flat, gv.reshape(b, h, n * lay["K"], bs, d))
+
+    _run_parts(work, tasks, nparts)
+    for dk_, dv_, dek_, dev__ in acc[1:]:
+        dk.add_(dk_)
+        dv.add_(dv_)
+        if e:
+            dek.add_(dek_)
+            dev_.add_(dev__)
     dq.mul_(scale)
     return (
         dq if needs[0] else None,
@@ -305,11 +398,14 @@ def blocked_blocksparse_attention(
     scale: float | None = None,
     chunk_bytes: int = DEFAULT_CHUNK_BYTES,
     save_probs: bool = True,
+    workers: int | None = None,
 ) -> torch.Tensor:
     """Drop-in for ``blocksparse_attention`` (same arguments, same result) with a chunked forward and a
     hand-written backward. q, k, v (B, H, nb*bs, Dh); key_padding_mask (B, nb*bs) True at padding;
     extra_k, extra_v (H, E, Dh). ``save_probs`` keeps the probabilities for the backward (faster);
-    False recomputes them (saves only q, k, v, out). Returns (B, H, nb*bs, Dh)."""
+    False recomputes them (saves only q, k, v, out). ``workers``: threads over chunks of rows, each
+    running single-threaded ops (default ``torch.get_num_threads()``; 1 runs the chunks in the calling
+    thread with torch's intra-op threads). Returns (B, H, nb*bs, Dh)."""
     b, h, length, d = q.shape
     if length != plan.num_blocks * plan.block_size:
         raise ValueError(
@@ -319,9 +415,11 @@ def blocked_blocksparse_attention(
     scale = d**-0.5 if scale is None else float(scale)
     pad = None if key_padding_mask is None else key_padding_mask.to(torch.bool)
     tensors = [t for t in (q, k, v, extra_k, extra_v) if t is not None]
+    workers = _workers(workers)
     if not (torch.is_grad_enabled() and any(t.requires_grad for t in tensors)):
-        return _forward(q.contiguous(), k.contiguous(), v.contiguous(), extra_k, extra_v, plan, pad, scale,
-                        int(chunk_bytes), False)[0]
+        with _single_threaded(workers > 1):
+            return _forward(q.contiguous(), k.contiguous(), v.contiguous(), extra_k, extra_v, plan, pad, scale,
+                            int(chunk_bytes), False, workers)[0]
     return _BlockSparseAttention.apply(
-        q, k, v, extra_k, extra_v, plan, pad, scale, int(chunk_bytes), bool(save_probs)
+        q, k, v, extra_k, extra_v, plan, pad, scale, int(chunk_bytes), bool(save_probs), workers
     )
