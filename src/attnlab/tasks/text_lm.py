@@ -39,7 +39,9 @@ class BlockDataset(Dataset):
         return self.count
 
     def __getitem__(self, i: int):
-        start = i * self.block_len
+        if not -self.count <= i < self.count:
+            raise IndexError(f"block {i} out of range for {self.count} blocks")  # ends plain iteration
+        start = (i % self.count) * self.block_len
         ids = self.stream[start : start + self.block_len + 1].tolist()
         if self.flags is None:
             return ids

@@ -214,7 +214,10 @@ def wandb_run_id(run_dir: Path, ckpt: dict[str, Any] | None) -> str:
         import secrets
 
         run_id = secrets.token_hex(4)  # wandb's own ids are 8 lowercase alphanumerics
-    atomic_write_text(file, run_id + "\n")
+    from lightning.pytorch.utilities import rank_zero_only
+
+    if getattr(rank_zero_only, "rank", 0) == 0:  # only rank 0 logs to wandb, so only it names the run
+        atomic_write_text(file, run_id + "\n")
     return run_id
 
 

@@ -1,0 +1,176 @@
+"""Goals 4-5 of issue 7: framework overhead of an attnlab (Lightning) training step vs a plain PyTorch loop
+on the same module and batches (fp32 and bf16-mixed), MFU of the MT base-size model against the matmul
+peak measured in the same run, and bf16-mixed vs fp32 tokens/s with their loss curves.
+
+    python benchmarks/bench_training.py [--steps 30] [--quick]
+
+Writes results/bench/training.{md,json}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks._common import fmt, machine, stats, write_results  # noqa: E402
+
+LM_OVERRIDES = ["experiment=demo/copy", "model.d_model=256", "model.d_ff=1024", "model.num_heads=4",
+                "trainer.enable_progress_bar=false", "trainer.val_check_interval=100000"]
+MT_OVERRIDES = ["experiment=demo/copy", "model=transformer_base", "model/attention=vanilla",
+                "batch.sentences_per_update=16", "trainer.enable_progress_bar=false",
+                "trainer.val_check_interval=100000"]
+
+
+def _setup(overrides: list[str], precision: str):
+    from attnlab.cli.common import compose
+    from attnlab.training.run import build_datamodule, build_module
+
+    cfg = compose("train", [*overrides, f"hardware.precision={precision}"])
+    torch.manual_seed(0)
+    module = build_module(cfg)
+    dm = build_datamodule(cfg)
+    dm.setup("fit")
+    it = iter(dm.train_dataloader())
+    batches = [next(it) for _ in range(8)]
+    return cfg, module, batches
+
+
+def plain_loop(module, batches, steps: int, bf16: bool) -> tuple[list[float], list[float], int]:
+    """Seconds per step (forward, backward, optimizer step, zero_grad) and losses; tokens per step."""
+    opt = module.configure_optimizers()
+    opt = opt[0][0] if isinstance(opt, tuple) else (opt["optimizer"] if isinstance(opt, dict) else opt)
+    module.train()
+    times, losses, tokens = [], [], 0
+    for i in range(steps):
+        batch = batches[i % len(batches)]
+        t = time.perf_counter()
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            loss, _, n = module.compute_loss(batch)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        times.append(time.perf_counter() - t)
+        losses.append(float(loss))
+        tokens = n
+    return times, losses, tokens
+
+
+class _StepTimer:
+    def __init__(self):
+        from lightning.pytorch.callbacks import Callback
+
+        outer = self
+
+        class T(Callback):
+            def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+                outer._t = time.perf_counter()
+
+            def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+                outer.times.append(time.perf_counter() - outer._t)
+                loss = outputs["loss"] if isinstance(outputs, dict) else outputs
+                outer.losses.append(float(loss) if loss is not None else float("nan"))
+
+        self.times: list[float] = []
+        self.losses: list[float] = []
+        self.callback = T()
+
+
+def lightning_loop(cfg, module, batches, steps: int, tmp: Path) -> tuple[list[float], list[float]]:
+    """The attnlab trainer (build_trainer: precision, clipping, accumulation as configured) over the same
+    batches; step time from on_train_batch_start to on_train_batch_end."""
+    from torch.utils.data import DataLoader
+
+    from attnlab.training.run import build_trainer
+
+    cfg = copy.deepcopy(cfg)
+    cfg.trainer.max_steps = steps
+    timer = _StepTimer()
+    trainer = build_trainer(cfg, tmp, callbacks=[timer.callback], loggers=[])
+    loader = DataLoader([batches[i % len(batches)] for i in range(steps)], batch_size=None, shuffle=False)
+    trainer.fit(module, train_dataloaders=loader)
+    return timer.times, timer.losses
+
+
+def main() -> None:
+    import tempfile
+
+    from attnlab.training.perf import count_flops, measure_matmul_peak
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--steps", type=int, default=30)
+    ap.add_argument("--quick", action="store_true")
+    a = ap.parse_args()
+    steps = 8 if a.quick else a.steps
+    warm = 3
+    lines = ["# Training throughput on CPU (issue 7, goals 4-5)", "", f"Machine: {machine()}", "",
+             f"{steps} steps per loop, the first {warm} dropped; step times in ms as min/median/max.", ""]
+    data: dict = {"machine": machine()}
+
+    # Goal 4: Lightning vs plain loop, fp32 and bf16-mixed, interleaved loop by loop
+    lines += ["## Goal 4: attnlab (Lightning) step vs plain PyTorch loop", "",
+              "| precision | plain ms | attnlab ms | overhead (median) | target |", "|---|---|---|---|---|"]
+    for precision, target in (("32", 0.03), ("bf16-mixed", 0.05)):
+        cfg, module, batches = _setup(LM_OVERRIDES, precision)
+        state = copy.deepcopy(module.state_dict())
+        plain, _, _ = plain_loop(module, batches, steps, precision.startswith("bf16"))
+        module.load_state_dict(state)
+        with tempfile.TemporaryDirectory() as tmp:
+            light, _ = lightning_loop(cfg, module, batches, steps, Path(tmp))
+        ps, ls_ = stats(plain[warm:]), stats(light[warm:])
+        over = ls_["median"] / ps["median"] - 1
+        ok = "MET" if over <= target else "MISSED"
+        lines.append(f"| {precision} | {fmt(ps, scale=1e3, digits=1)} | {fmt(ls_, scale=1e3, digits=1)} | "
+                     f"{100 * over:+.1f}% | <= {100 * target:.0f}%: {ok} |")
+        print(f"goal 4 {precision}: overhead {100 * over:+.1f}% ({ok})", flush=True)
+        data[f"goal4_{precision}"] = {"plain": ps, "lightning": ls_, "overhead": over}
+    lines.append("")
+
+    # Goal 5: MFU of the MT base model (fp32) vs the measured matmul peak; bf16-mixed speed-up
+    peak32 = measure_matmul_peak(torch.float32)
+    peak16 = measure_matmul_peak(torch.bfloat16)
+    res = {}
+    for precision in ("32", "bf16-mixed"):
+        cfg, module, batches = _setup(MT_OVERRIDES, precision)
+        bf16 = precision.startswith("bf16")
+        module.train()
+
+        def one_step(module=module, batch=batches[0], bf16=bf16):
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+                loss, _, n = module.compute_loss(batch)
+            loss.backward()
+            module.zero_grad(set_to_none=True)
+            return n
+
+        flops, tokens = count_flops(one_step)
+        times, losses, tokens = plain_loop(module, batches, steps, bf16)
+        tps = tokens / stats(times[warm:])["median"]
+        res[precision] = {"flops_per_token": flops / tokens, "tokens_per_s": tps, "losses": losses,
+                          "step": stats(times[warm:])}
+    mfu32 = res["32"]["flops_per_token"] * res["32"]["tokens_per_s"] / peak32
+    speed = res["bf16-mixed"]["tokens_per_s"] / res["32"]["tokens_per_s"]
+    l32, l16 = res["32"]["losses"], res["bf16-mixed"]["losses"]
+    gap = max(abs(x - y) for x, y in zip(l32, l16))
+    lines += ["## Goal 5: MFU of the MT base-size model (transformer_base, vanilla attention)", "",
+              f"- measured matmul peak (1024^3, this process): fp32 {peak32 / 1e9:.1f} GFLOP/s, "
+              f"bf16 {peak16 / 1e9:.1f} GFLOP/s",
+              f"- model FLOPs per token (FlopCounterMode, fwd+bwd): {res['32']['flops_per_token'] / 1e6:.1f} MFLOP",
+              f"- fp32: {res['32']['tokens_per_s']:.0f} tokens/s, **MFU {100 * mfu32:.1f}%** of the measured fp32 peak",
+              f"- bf16-mixed: {res['bf16-mixed']['tokens_per_s']:.0f} tokens/s, **{speed:.2f}x fp32** "
+              f"(target >= 1.6x: {'MET' if speed >= 1.6 else 'MISSED'}); MFU vs the bf16 peak "
+              f"{100 * res['bf16-mixed']['flops_per_token'] * res['bf16-mixed']['tokens_per_s'] / peak16:.1f}%",
+              f"- loss curves over {steps} steps from the same initialisation: largest |fp32 - bf16| gap "
+              f"{gap:.4f} (first/last fp32 {l32[0]:.3f}/{l32[-1]:.3f}, bf16 {l16[0]:.3f}/{l16[-1]:.3f})", ""]
+    print("\n".join(lines[-7:]), flush=True)
+    data["goal5"] = {"peak_fp32": peak32, "peak_bf16": peak16, "mfu_fp32": mfu32, "bf16_speedup": speed, **res}
+    path = write_results("training", "\n".join(lines) + "\n", data)
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()

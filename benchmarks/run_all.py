@@ -1,0 +1,28 @@
+"""``make bench``: every issue-7 benchmark in turn; each prints its goals' ratios (min/median/max) and
+writes results/bench/<name>.md (+ .json, .png). Pass --quick for a smoke run."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+SCRIPTS = ["bench_bigbird.py", "bench_decoding.py", "bench_training.py", "bench_variants.py"]
+
+
+def main() -> int:
+    args = sys.argv[1:]
+    failed = []
+    for script in SCRIPTS:
+        print(f"\n##### {script} {' '.join(args)}", flush=True)
+        extra = [a for a in args if a == "--quick" and script != "bench_decoding.py"]
+        if subprocess.run([sys.executable, str(HERE / script), *extra], cwd=HERE.parent).returncode:
+            failed.append(script)
+    if failed:
+        print(f"failed: {', '.join(failed)}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

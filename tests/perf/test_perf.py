@@ -1,0 +1,89 @@
+"""Throughput accounting (attnlab.training.perf) and the benchmark helpers; the benchmarks themselves are
+scripts (benchmarks/), not tests."""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+from attnlab.training import perf
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_peak_table_answers_unknown_rather_than_guessing(monkeypatch):
+    assert perf.peak_flops("cpu", "fp32") is None
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "NVIDIA Mystery GPU 9000")
+    assert perf.peak_flops("cuda", "bf16") is None
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "NVIDIA H100 80GB HBM3")
+    assert perf.peak_flops("cuda", "bf16") == pytest.approx(989.5e12)
+    assert perf.peak_flops("cuda", "fp8") is None  # a dtype the table does not list is unknown too
+    assert perf.precision_dtype("bf16-mixed") == "bf16" and perf.precision_dtype("32-true") == "fp32"
+
+
+def test_measured_matmul_peak_is_a_positive_rate():
+    peak = perf.measure_matmul_peak(torch.float32, n=128, seconds=0.05)
+    assert math.isfinite(peak) and peak > 1e6
+
+
+def test_flop_count_and_analytic_estimate_agree_on_a_linear_stack():
+    model = nn.Sequential(nn.Linear(32, 64, bias=False), nn.Linear(64, 32, bias=False))
+    x = torch.randn(10, 32)
+
+    def step():
+        model(x).sum().backward()
+
+    flops, _ = perf.count_flops(step)
+    params = 32 * 64 * 2
+    # forward 2N per token, backward 4N (except the first layer's input gradient, not needed here)
+    assert flops / 10 == pytest.approx(perf.transformer_flops_per_token(params, layers=0, d_model=0, context=0),
+                                       rel=0.26)
+    assert perf.mfu(100.0, 2.0, None) is None and perf.mfu(100.0, 2.0, 400.0) == pytest.approx(0.5)
+
+
+def test_mfu_callback_logs_during_a_lightning_fit():
+    import lightning as L
+    from torch.utils.data import DataLoader, TensorDataset
+
+    class Tiny(L.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.net = nn.Linear(16, 16)
+            self._tokens_seen = 0
+
+        def training_step(self, batch, batch_idx):
+            (x,) = batch
+            self._tokens_seen += x.shape[0]
+            return self.net(x).pow(2).mean()
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.01)
+
+    cb = perf.MFUCallback(log_every=2, count_step=1)
+    trainer = L.Trainer(max_steps=6, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                        enable_model_summary=False, callbacks=[cb])
+    trainer.fit(Tiny(), DataLoader(TensorDataset(torch.randn(64, 16)), batch_size=8))
+    m = trainer.callback_metrics
+    # forward 2 * 16 * 16 per token, backward only the weight gradient (the input needs none): 2 * 16 * 16
+    assert cb.flops_per_token == pytest.approx(2 * 2 * 16 * 16, rel=0.01)
+    assert cb.peak_source == "measured" and cb.peak > 0
+    assert float(m["perf/tokens_per_s"]) > 0
+    assert 0 < float(m["perf/mfu"]) < 1.5
+
+
+def test_benchmark_helpers_ratios_and_subprocess_memory():
+    sys.path.insert(0, str(REPO))
+    from benchmarks._common import memory_in_subprocess, ratios, stats
+
+    assert stats([3.0, 1.0, 2.0]) == {"min": 1.0, "median": 2.0, "max": 3.0}
+    r = ratios({"a": [2.0, 4.0, 9.0], "b": [1.0, 1.0, 3.0]}, "a", "b")
+    assert r == {"min": 2.0, "median": 3.0, "max": 4.0}
+    peak = memory_in_subprocess(REPO / "benchmarks" / "bench_bigbird.py",
+                                ["--memory-case", "blocked", "--length", "512"], timeout=120)
+    assert peak is not None and peak >= 0
