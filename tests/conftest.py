@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import os
 from pathlib import Path
 
@@ -26,17 +27,27 @@ TINY_ALGO = ["task.at_scale.cpu.train_size=64", "task.at_scale.cpu.val_size=8", 
              "task.at_scale.cpu.train_max_len=6", "task.at_scale.cpu.test_max_len=12"]
 
 
+_COMPOSED: dict[tuple, object] = {}
+
+
 def compose(overrides: list[str] | None = None, *, run_dir: Path | None = None, scale: bool = True):
-    """Compose ``train.yaml`` with overrides, apply the scale, and point the run folder at ``run_dir``."""
+    """Compose ``train.yaml`` with overrides as the CLI does, apply the scale, point the run folder at ``run_dir``.
+
+    Composition costs about half a second and the suite composes hundreds of presets several times, so each
+    distinct override list is composed once per session and handed out as a deep copy.
+    """
     from attnlab.cli.common import compose as compose_raw
     from attnlab.training.run import apply_scale
 
-    overrides = list(overrides or [])
+    key = (tuple(overrides or ()), scale)
+    if key not in _COMPOSED:
+        cfg = compose_raw("train", list(key[0]))
+        if scale:
+            apply_scale(cfg, list(key[0]))
+        _COMPOSED[key] = cfg
+    cfg = copy.deepcopy(_COMPOSED[key])
     if run_dir is not None:
-        overrides.append(f"paths.run_dir={run_dir}")
-    cfg = compose_raw("train", overrides)
-    if scale:
-        apply_scale(cfg, overrides)
+        cfg.paths.run_dir = str(run_dir)
     return cfg
 
 

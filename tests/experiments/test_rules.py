@@ -14,6 +14,7 @@ import copy
 import fnmatch
 import functools
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pytest
 from omegaconf import OmegaConf, open_dict
@@ -114,21 +115,14 @@ def _flat(node, prefix="") -> dict:
 def _table_configs(table: str, scale: str) -> dict:
     """Every preset of ``table`` composed as the CLI does (scale applied, validated), under ONE Hydra
     initialisation: re-initialising per preset costs about 1 s each, which adds up over ~60 presets."""
-    from hydra import compose as hydra_compose
-    from hydra import initialize_config_module
-    from hydra.core.global_hydra import GlobalHydra
-
-    from attnlab.training.run import apply_scale
+    from tests.conftest import compose
 
     out = {}
-    GlobalHydra.instance().clear()
-    with initialize_config_module(config_module="attnlab.conf", version_base="1.3"):
-        for experiment in presets(table):
-            overrides = [f"experiment={experiment}", f"scale={scale}", "paths.run_dir=/tmp/attnlab-rules"]
-            cfg = hydra_compose(config_name="train", overrides=overrides)
-            apply_scale(cfg, overrides)
-            validate(cfg)
-            out[experiment] = cfg
+    for experiment in presets(table):
+        # The same override list as tests/test_config.py, so the session cache composes each preset once.
+        cfg = compose([f"experiment={experiment}", f"scale={scale}"], run_dir=Path("/tmp/attnlab-rules"))
+        validate(cfg)
+        out[experiment] = cfg
     return out
 
 
