@@ -41,10 +41,17 @@ def _setup(overrides: list[str], precision: str):
     return cfg, module, batches
 
 
-def plain_loop(module, batches, steps: int, bf16: bool) -> tuple[list[float], list[float], int]:
-    """Seconds per step (forward, backward, optimizer step, zero_grad) and losses; tokens per step."""
-    opt = module.configure_optimizers()
-    opt = opt[0][0] if isinstance(opt, tuple) else (opt["optimizer"] if isinstance(opt, dict) else opt)
+def plain_loop(module, batches, steps: int, bf16: bool, grad_clip: float = 0.0):
+    """Seconds per step (forward, backward, clipping, optimizer and schedule step, zero_grad), losses, and
+    tokens per step: what the attnlab trainer does per step, without Lightning."""
+    from types import SimpleNamespace
+
+    module._trainer = SimpleNamespace(max_steps=steps)  # configure_optimizers reads trainer.max_steps
+    try:
+        conf = module.configure_optimizers()
+    finally:
+        module._trainer = None
+    opt, sched = conf["optimizer"], conf["lr_scheduler"]["scheduler"]
     module.train()
     times, losses, tokens = [], [], 0
     for i in range(steps):
@@ -53,7 +60,10 @@ def plain_loop(module, batches, steps: int, bf16: bool) -> tuple[list[float], li
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
             loss, _, n = module.compute_loss(batch)
         loss.backward()
+        if grad_clip:
+            torch.nn.utils.clip_grad_norm_(module.parameters(), grad_clip)
         opt.step()
+        sched.step()
         opt.zero_grad(set_to_none=True)
         times.append(time.perf_counter() - t)
         losses.append(float(loss))
@@ -118,7 +128,7 @@ def main() -> None:
     for precision, target in (("32", 0.03), ("bf16-mixed", 0.05)):
         cfg, module, batches = _setup(LM_OVERRIDES, precision)
         state = copy.deepcopy(module.state_dict())
-        plain, _, _ = plain_loop(module, batches, steps, precision.startswith("bf16"))
+        plain, _, _ = plain_loop(module, batches, steps, precision.startswith("bf16"), cfg.optim.grad_clip or 0.0)
         module.load_state_dict(state)
         with tempfile.TemporaryDirectory() as tmp:
             light, _ = lightning_loop(cfg, module, batches, steps, Path(tmp))
@@ -148,7 +158,7 @@ def main() -> None:
             return n
 
         flops, tokens = count_flops(one_step)
-        times, losses, tokens = plain_loop(module, batches, steps, bf16)
+        times, losses, tokens = plain_loop(module, batches, steps, bf16, cfg.optim.grad_clip or 0.0)
         tps = tokens / stats(times[warm:])["median"]
         res[precision] = {"flops_per_token": flops / tokens, "tokens_per_s": tps, "losses": losses,
                           "step": stats(times[warm:])}

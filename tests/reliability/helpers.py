@@ -11,7 +11,7 @@ from tests.conftest import TINY, TINY_ALGO
 
 # Tiny, deterministic, with dropout on (so the RNG restore is exercised), 8 batches per epoch (so runs cross
 # epoch boundaries), validation every 3 updates and a periodic last.ckpt every 2.
-DETERMINISTIC = [*TINY, *TINY_ALGO, "trainer.max_steps=10", "trainer.val_check_interval=3",
+DETERMINISTIC = [*TINY, *TINY_ALGO, "trainer.max_steps=8", "trainer.val_check_interval=3",
                  "trainer.deterministic=true", "model.dropout=0.1", "model.attention_dropout=0.1",
                  "callbacks.checkpoint.every_n_steps=2", "logger=csv", "seed=7"]
 
