@@ -152,3 +152,23 @@ def test_submitit_slurm_launcher_composes_for_cluster_sweeps():
     assert "submitit" in launcher._target_.lower() and "slurm" in launcher._target_.lower()
     assert launcher.nodes == 2 and launcher.tasks_per_node == 8 and launcher.gpus_per_node == 8
     assert launcher.max_num_timeout > 0 and launcher.signal_delay_s > 0
+
+
+def test_at_scale_blocks_replace_by_path_and_the_command_line_wins(tmp_path):
+    from omegaconf import OmegaConf, open_dict
+
+    from attnlab.training.run import apply_scale
+
+    cfg = compose(["experiment=demo/copy"], run_dir=tmp_path, scale=False)
+    with open_dict(cfg):
+        cfg.at_scale = OmegaConf.create({"cpu": {"trainer.max_steps": 7, "optim": {"lr": 0.5}}})
+        cfg.task.at_scale = OmegaConf.create({"cpu": {"decoding": {"strategy": "beam"}}})
+    apply_scale(cfg, ["trainer.max_steps=99", "task.decoding.beam_size=3"])
+    assert cfg.trainer.max_steps != 7  # the command line protected it
+    assert cfg.optim == {"lr": 0.5}  # a nested value replaces the whole section it names
+    assert cfg.task.decoding.strategy == "greedy"  # a command-line key inside a block protects the block
+    cfg2 = compose(["experiment=demo/copy"], run_dir=tmp_path, scale=False)
+    with open_dict(cfg2):
+        cfg2.task.at_scale = OmegaConf.create({"cpu": {"decoding.strategy": "beam"}})
+    apply_scale(cfg2, [])
+    assert cfg2.task.decoding.strategy == "beam" and cfg2.task.decoding.max_len_a == 1.0  # by path: siblings stay

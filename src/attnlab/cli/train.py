@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import warnings
 from pathlib import Path
 
 import hydra
@@ -70,6 +71,8 @@ def hydra_main(cfg: DictConfig) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
+    # Lightning 2.6 on torch 2.13 warns about a torch-internal pytree API at every fit; it is not ours to fix.
+    warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\).*")
     if not any(a in HYDRA_FLAGS or a.startswith(tuple(f + "=" for f in HYDRA_FLAGS)) for a in argv):
         from attnlab.training.faults import check_can_create
 
