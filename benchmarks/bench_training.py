@@ -22,7 +22,8 @@ from benchmarks._common import fmt, machine, stats, write_results  # noqa: E402
 
 LM_OVERRIDES = ["experiment=demo/copy", "model.d_model=256", "model.d_ff=1024", "model.num_heads=4",
                 "trainer.enable_progress_bar=false", "trainer.val_check_interval=100000"]
-MT_OVERRIDES = ["experiment=demo/copy", "model=transformer_base", "model/attention=vanilla",
+MT_OVERRIDES = ["experiment=demo/copy", "model=transformer_base", "model/attention=vanilla", "model.d_model=512",
+               "model.d_ff=2048", "model.num_heads=8", "model.dropout=0.1",
                 "batch.sentences_per_update=16", "trainer.enable_progress_bar=false",
                 "trainer.val_check_interval=100000"]
 
@@ -124,21 +125,29 @@ def main() -> None:
 
     # Goal 4: Lightning vs plain loop, fp32 and bf16-mixed, interleaved loop by loop
     lines += ["## Goal 4: attnlab (Lightning) step vs plain PyTorch loop", "",
-              "| precision | plain ms | attnlab ms | overhead (median) | target |", "|---|---|---|---|---|"]
+              "| precision | plain ms | attnlab ms | overhead per round (min/med/max) | target |", "|---|---|---|---|---|"]
+    rounds = 2 if a.quick else 3
     for precision, target in (("32", 0.03), ("bf16-mixed", 0.05)):
         cfg, module, batches = _setup(LM_OVERRIDES, precision)
         state = copy.deepcopy(module.state_dict())
-        plain, _, _ = plain_loop(module, batches, steps, precision.startswith("bf16"), cfg.optim.grad_clip or 0.0)
-        module.load_state_dict(state)
-        with tempfile.TemporaryDirectory() as tmp:
-            light, _ = lightning_loop(cfg, module, batches, steps, Path(tmp))
-        ps, ls_ = stats(plain[warm:]), stats(light[warm:])
-        over = ls_["median"] / ps["median"] - 1
-        ok = "MET" if over <= target else "MISSED"
-        lines.append(f"| {precision} | {fmt(ps, scale=1e3, digits=1)} | {fmt(ls_, scale=1e3, digits=1)} | "
-                     f"{100 * over:+.1f}% | <= {100 * target:.0f}%: {ok} |")
-        print(f"goal 4 {precision}: overhead {100 * over:+.1f}% ({ok})", flush=True)
-        data[f"goal4_{precision}"] = {"plain": ps, "lightning": ls_, "overhead": over}
+        per_round, plain_all, light_all = [], [], []
+        for _ in range(rounds):  # plain and Lightning alternate, so load drift hits both alike
+            module.load_state_dict(state)
+            plain, _, _ = plain_loop(module, batches, steps, precision.startswith("bf16"), cfg.optim.grad_clip or 0.0)
+            module.load_state_dict(state)
+            with tempfile.TemporaryDirectory() as tmp:
+                light, _ = lightning_loop(cfg, module, batches, steps, Path(tmp))
+            ps, ls_ = stats(plain[warm:]), stats(light[warm:])
+            per_round.append(ls_["median"] / ps["median"] - 1)
+            plain_all += plain[warm:]
+            light_all += light[warm:]
+        over = stats(per_round)
+        ok = "MET" if over["median"] <= target else "MISSED"
+        lines.append(f"| {precision} | {fmt(stats(plain_all), scale=1e3, digits=1)} | "
+                     f"{fmt(stats(light_all), scale=1e3, digits=1)} | {fmt(over, scale=100, digits=1)}% | "
+                     f"<= {100 * target:.0f}%: {ok} |")
+        print(f"goal 4 {precision}: overhead {fmt(over, scale=100, digits=1)}% per round ({ok})", flush=True)
+        data[f"goal4_{precision}"] = {"plain": stats(plain_all), "lightning": stats(light_all), "overhead": over}
     lines.append("")
 
     # Goal 5: MFU of the MT base model (fp32) vs the measured matmul peak; bf16-mixed speed-up

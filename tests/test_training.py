@@ -126,3 +126,32 @@ def test_run_record_is_json_with_no_nan(tmp_path):
     text = (tmp_path / "results.json").read_text()
     json.loads(text)
     assert "NaN" not in text and "Infinity" not in text
+
+
+def test_token_budget_batches_train_and_respect_the_budget(tmp_path):
+    """``batch.tokens_per_update`` trains with length-bucketed micro-batches no larger than the budget."""
+    cfg = compose([*TINY, *TINY_ALGO, "batch.tokens_per_update=96", "hardware.max_batch_per_device=8",
+                   "logger=none"], run_dir=tmp_path)
+    dm = build_datamodule(cfg)
+    micro_tokens = dm.micro_tokens
+    assert micro_tokens and micro_tokens <= 96
+    for batch in dm.train_dataloader():
+        assert batch["src"].numel() <= micro_tokens and batch["src"].shape[0] <= 8
+    record = run(cfg, run_dir=tmp_path, command="pytest")
+    assert record["status"] == "completed" and record["cost"]["steps"] == 4
+
+
+def test_skip_existing_returns_the_completed_record_of_the_same_config(tmp_path, monkeypatch):
+    runs = tmp_path / "runs"
+    first_dir = runs / "first"
+    cfg = compose([*TINY, *TINY_ALGO, "logger=none", f"paths.runs_dir={runs}"], run_dir=first_dir)
+    first = run(cfg, run_dir=first_dir, command="pytest")
+    monkeypatch.setenv("ATTNLAB_SKIP_EXISTING", "1")
+    second_dir = runs / "second"
+    again = run(compose([*TINY, *TINY_ALGO, "logger=none", f"paths.runs_dir={runs}"], run_dir=second_dir),
+                run_dir=second_dir, command="pytest")
+    assert again["run_dir"] == first["run_dir"]
+    assert not (second_dir / "results.json").exists()
+    other = run(compose([*TINY, *TINY_ALGO, "logger=none", "seed=7", f"paths.runs_dir={runs}"],
+                        run_dir=runs / "third"), run_dir=runs / "third", command="pytest")
+    assert other["run_dir"] != first["run_dir"]  # another seed is another row: trained

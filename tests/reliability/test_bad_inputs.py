@@ -49,9 +49,7 @@ CASES = [
     # missing or corrupt data files, unreachable hub data
     ("train", ["task=lm/wikitext2", "paths.data_root={empty}"], "not found under", False),
     ("train", ["task=lm/wikitext2", "paths.data_root={notgz}"], "cannot read data file", False),
-    pytest.param("train", ["task=lm/wikitext2", "paths.data_root={badgz}"], "cannot read data file", False,
-                 marks=pytest.mark.xfail(strict=True, reason="tasks/sources.py read_text lets zlib.error (a "
-                                         "damaged gzip stream) escape; reported to the tasks owner")),
+    ("train", ["task=lm/wikitext2", "paths.data_root={badgz}"], "cannot read data file", False),
     ("train", ["task=lm/wikitext2", "task.source=hub"], "unreachable (offline)", False),
     # missing, corrupt and unsafe checkpoints
     ("train", ["ckpt_path={tmp}/missing.ckpt"], "no such file", False),

@@ -11,6 +11,7 @@ import json
 import os
 import re
 import socket
+import zlib
 from pathlib import Path
 
 from attnlab.tasks.base import DataError
@@ -40,7 +41,7 @@ def read_text(path: Path) -> str:
                 raw = f.read()
         else:
             raw = path.read_bytes()
-    except (OSError, EOFError) as exc:
+    except (OSError, EOFError, zlib.error) as exc:  # zlib.error: a damaged gzip stream
         raise DataError(f"cannot read data file {path}: {exc.__class__.__name__}: {exc}") from None
     try:
         return raw.decode("utf-8")

@@ -18,7 +18,7 @@ from lightning.pytorch.loggers.csv_logs import ExperimentWriter
 from lightning.pytorch.loggers.logger import rank_zero_experiment
 from torch.utils.data import DataLoader, DistributedSampler
 
-from attnlab.training.data import TaskDataModule
+from attnlab.training.data import TaskDataModule, TokenBudgetSampler, token_batch_loader
 
 
 class ResumableSampler(DistributedSampler):
@@ -42,7 +42,7 @@ class ResumableDataModule(TaskDataModule):
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
-        self.sampler: ResumableSampler | None = None
+        self.sampler: ResumableSampler | TokenBudgetSampler | None = None
         self._to_load: dict[str, int] | None = None
 
     def _loader(self, split: str, *, train: bool) -> DataLoader:
@@ -51,11 +51,17 @@ class ResumableDataModule(TaskDataModule):
         if train:
             world = self.trainer.world_size if self.trainer is not None else 1
             rank = self.trainer.global_rank if self.trainer is not None else 0
-            sampler = self.sampler = ResumableSampler(self.task.datasets[split], num_replicas=world, rank=rank,
-                                                      seed=self.shuffle_seed)
+            if self.micro_tokens:
+                sampler = self.sampler = self.token_sampler(split, world=world, rank=rank)
+            else:
+                sampler = self.sampler = ResumableSampler(self.task.datasets[split], num_replicas=world, rank=rank,
+                                                          seed=self.shuffle_seed)
             if self._to_load is not None:
                 self._apply(self._to_load)
                 self._to_load = None
+            if self.micro_tokens:
+                return token_batch_loader(self.task.datasets[split], self.task.collate, sampler,
+                                          num_workers=self.num_workers, generator=generator)
         return DataLoader(
             self.task.datasets[split],
             batch_size=self.micro_batch if train else self.eval_batch,
@@ -85,7 +91,9 @@ class ResumableDataModule(TaskDataModule):
 
     def _apply(self, state: dict[str, int]) -> None:
         sampler = self.sampler
-        skip = state["batches_done"] * state.get("micro_batch", self.micro_batch)
+        # A token-budget sampler counts in batches, a sentence sampler in examples.
+        per_batch = 1 if self.micro_tokens else state.get("micro_batch", self.micro_batch)
+        skip = state["batches_done"] * per_batch
         if skip >= sampler.num_samples:  # saved at the end of an epoch: the next one starts fresh
             sampler.set_epoch(state["epoch"] + 1)
             sampler.skip = 0

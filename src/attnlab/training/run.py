@@ -91,10 +91,15 @@ def apply_scale(cfg: DictConfig, cli_overrides: list[str] | tuple[str, ...] = ()
                     OmegaConf.update(node, str(key), value, merge=False, force_add=True)
 
 
-def derive_batching(cfg: DictConfig) -> tuple[int, int]:
-    """(micro-batch per device, gradient accumulation) so that one update sees
-    ``batch.sentences_per_update`` sentences whatever the hardware."""
+def derive_batching(cfg: DictConfig, *, max_len: int | None = None) -> tuple[int, int]:
+    """(micro-batch per device in sentences, gradient accumulation) so that one update sees
+    ``batch.sentences_per_update`` sentences, or about ``batch.tokens_per_update`` tokens, whatever the
+    hardware. In token mode the micro-batch is a cap on sentences and ``max_len`` (the task's longest
+    sequence) sizes the token budget of a micro-batch (see ``token_budget``)."""
     world = cfg.hardware.devices * cfg.hardware.num_nodes
+    if cfg.batch.get("tokens_per_update"):
+        _, accumulate = token_budget(cfg, max_len)
+        return cfg.hardware.max_batch_per_device, accumulate
     per_update = cfg.batch.sentences_per_update
     accumulate = math.ceil(per_update / (cfg.hardware.max_batch_per_device * world))
     micro, rest = divmod(per_update, world * accumulate)
@@ -105,6 +110,18 @@ def derive_batching(cfg: DictConfig) -> tuple[int, int]:
             f"use a multiple of {world * accumulate}"
         )
     return micro, accumulate
+
+
+def token_budget(cfg: DictConfig, max_len: int | None) -> tuple[int, int]:
+    """(padded tokens per micro-batch, gradient accumulation) for ``batch.tokens_per_update``: a
+    micro-batch holds at most ``hardware.max_batch_per_device`` sequences of up to ``max_len`` tokens."""
+    from attnlab.training.data import derive_token_batching
+
+    if not max_len:
+        raise ConfigError("batch.tokens_per_update needs the task's max length; build the task first")
+    world = cfg.hardware.devices * cfg.hardware.num_nodes
+    return derive_token_batching(int(cfg.batch.tokens_per_update), world=world,
+                                 max_tokens_per_micro=cfg.hardware.max_batch_per_device * int(max_len))
 
 
 def build_task_data(cfg: DictConfig) -> TaskData:
@@ -163,9 +180,11 @@ def build_module(cfg: DictConfig, task: TaskData | None = None) -> TaskModule:
 
 def build_datamodule(cfg: DictConfig, task: TaskData | None = None) -> ResumableDataModule:
     task = task or build_task_data(cfg)
-    micro, _ = derive_batching(cfg)
+    micro, _ = derive_batching(cfg, max_len=task.max_len)
+    micro_tokens = token_budget(cfg, task.max_len)[0] if cfg.batch.get("tokens_per_update") else None
     return ResumableDataModule(task, micro_batch=micro, eval_batch=cfg.batch.eval_batch_size,
-                               num_workers=cfg.hardware.num_workers, shuffle_seed=int(cfg.seed))
+                               num_workers=cfg.hardware.num_workers, shuffle_seed=int(cfg.seed),
+                               micro_tokens=micro_tokens)
 
 
 # -- resuming ----------------------------------------------------------------------------------------------
@@ -317,12 +336,13 @@ def build_callbacks(cfg: DictConfig, run_dir: Path) -> list:
     return callbacks
 
 
-def build_trainer(cfg: DictConfig, run_dir: Path, *, callbacks: list, loggers: list) -> L.Trainer:
+def build_trainer(cfg: DictConfig, run_dir: Path, *, callbacks: list, loggers: list,
+                  max_len: int | None = None) -> L.Trainer:
     from lightning.pytorch.callbacks import Checkpoint
     from lightning.pytorch.plugins.environments import SLURMEnvironment
 
     t, hw = cfg.trainer, cfg.hardware
-    _, accumulate = derive_batching(cfg)
+    _, accumulate = derive_batching(cfg, max_len=max_len)
     strategy = hw.strategy
     if strategy == "ddp" and hw.accelerator == "cpu":
         from lightning.pytorch.strategies import DDPStrategy
@@ -419,6 +439,9 @@ def run(cfg: DictConfig, *, run_dir: str | os.PathLike | None = None, command: s
     apply_scale(cfg, cli_overrides)
     validate(cfg)
     check_resume_config(cfg)
+    done = _completed_twin(cfg)
+    if done is not None:
+        return done
     run_dir = Path(run_dir or cfg.paths.run_dir)
     check_writable(run_dir)
     L.seed_everything(int(cfg.seed), workers=True, verbose=False)
@@ -447,7 +470,7 @@ def run(cfg: DictConfig, *, run_dir: str | os.PathLike | None = None, command: s
     datamodule = build_datamodule(cfg, task)
     loggers = build_loggers(cfg, run_dir, resume_ckpt=resume_ckpt, wandb_id=wandb_id)
     del resume_ckpt  # Lightning reads the file again; do not hold two copies of the weights
-    trainer = build_trainer(cfg, run_dir, callbacks=callbacks, loggers=loggers)
+    trainer = build_trainer(cfg, run_dir, callbacks=callbacks, loggers=loggers, max_len=task.max_len)
     # Lightning cannot see that ResumableDataModule restores the data position, and warns that it does not.
     warnings.filterwarnings("ignore", message=".*your dataloader is not resumable.*")
     try:
@@ -578,6 +601,21 @@ def write_failed_record(cfg: DictConfig, run_dir: str | os.PathLike, command: st
     }
     Path(run_dir).mkdir(parents=True, exist_ok=True)
     write_record(Path(run_dir) / "results.json", record)
+
+
+def _completed_twin(cfg: DictConfig) -> dict[str, Any] | None:
+    """With ATTNLAB_SKIP_EXISTING=1 (``make reproduce-*`` sets it): the record of a completed run of the
+    same config hash under ``paths.runs_dir``, so a re-run of a table trains only what is missing."""
+    from attnlab.results.lookup import find_completed, skip_existing_requested
+    from attnlab.results.record import read_record
+
+    if not skip_existing_requested():
+        return None
+    done = find_completed(cfg.paths.runs_dir, _safe_hash(cfg))  # the hash the record itself carries
+    if done is None:
+        return None
+    log.info("skipping: a completed run with the same config hash exists: %s", done)
+    return read_record(done)
 
 
 def _safe_hash(cfg: DictConfig) -> str | None:

@@ -76,7 +76,9 @@ def _run_parts(work, chunks: list, workers: int) -> None:
 @contextlib.contextmanager
 def _single_threaded(active: bool):
     """The calling thread's own ops (setup, accumulation) single-threaded while the workers run: an
-    intra-op barrier per small op costs more than it saves on a busy machine. Thread-local setting."""
+    intra-op barrier per small op costs more than it saves on a busy machine. The OpenMP/MKL setting is
+    thread-local; the restore at exit also resets torch's process-wide default (which the workers'
+    initializer set to 1) so threads created later start with the caller's count."""
     if not active:
         yield
         return
@@ -90,6 +92,7 @@ def _single_threaded(active: bool):
 
 def _workers(workers: int | None) -> int:
     return max(1, torch.get_num_threads() if workers is None else int(workers))
+
 
 _LAYOUTS: dict[int, tuple[BlockSparsePlan, dict]] = {}
 
