@@ -125,7 +125,8 @@ def main() -> None:
 
     # Goal 4: Lightning vs plain loop, fp32 and bf16-mixed, interleaved loop by loop
     lines += ["## Goal 4: attnlab (Lightning) step vs plain PyTorch loop", "",
-              "| precision | plain ms | attnlab ms | overhead per round (min/med/max) | target |", "|---|---|---|---|---|"]
+              "| precision | plain ms | attnlab ms | overhead per round (min/med/max) | target |",
+              "|---|---|---|---|---|"]
     rounds = 2 if a.quick else 3
     for precision, target in (("32", 0.03), ("bf16-mixed", 0.05)):
         cfg, module, batches = _setup(LM_OVERRIDES, precision)

@@ -79,8 +79,10 @@ def apply_scale(cfg: DictConfig, cli_overrides: list[str] | tuple[str, ...] = ()
         return any(path == e or path.startswith(e + ".") or e.startswith(path + ".") for e in explicit)
 
     scale = cfg.scale.name
+    # A debug mode comes last in the defaults and must keep winning, over an experiment's root block too.
+    sections = ("model", "task") if cfg.get("debug_mode") else ("model", "task", None)
     with open_dict(cfg):
-        for section in ("model", "task", None):
+        for section in sections:
             node = cfg if section is None else cfg[section]
             block = OmegaConf.select(node, f"at_scale.{scale}")
             if not block:
@@ -473,6 +475,8 @@ def run(cfg: DictConfig, *, run_dir: str | os.PathLike | None = None, command: s
     trainer = build_trainer(cfg, run_dir, callbacks=callbacks, loggers=loggers, max_len=task.max_len)
     # Lightning cannot see that ResumableDataModule restores the data position, and warns that it does not.
     warnings.filterwarnings("ignore", message=".*your dataloader is not resumable.*")
+    # nan_policy=skip returns None from training_step on purpose (Lightning then skips the update).
+    warnings.filterwarnings("ignore", message=".*`training_step` returned `None`.*")
     try:
         trainer.fit(module, datamodule=datamodule, ckpt_path=resume_path, weights_only=True)
         trainer.test(module, datamodule=datamodule, verbose=False)
