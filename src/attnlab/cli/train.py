@@ -35,6 +35,13 @@ def hydra_main(cfg: DictConfig) -> None:
     from attnlab.training.checkpointing import Preempted
     from attnlab.training.run import close_wandb, run, write_failed_record
 
+    # Importing Lightning resets its loggers to INFO with a handler of their own (start-up tips, "GPU
+    # available: False"); keep them at the level the job logging config asks for.
+    for name in ("lightning.pytorch", "lightning.fabric"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+        logging.getLogger(name).propagate = True
+        for handler in list(logging.getLogger(name).handlers):
+            logging.getLogger(name).removeHandler(handler)
     hc = HydraConfig.get()
     overrides = list(hc.overrides.task)
     command = " ".join(["attnlab-train", *overrides])
