@@ -14,7 +14,7 @@ export ATTNLAB_DATA_ROOT ?= $(abspath ../shared/data)
 endif
 
 .DEFAULT_GOAL := help
-.PHONY: help install demo test test-slow test-gpu test-all lint format golden tables clean
+.PHONY: help install demo test test-slow test-gpu test-all lint format golden bench tables clean
 
 help: ## List every target with a one-line description
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_%-]+:.*## / {printf "  \033[36m%-16s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -61,6 +61,9 @@ format: $(STAMP) ## Format and fix what ruff can
 
 golden: $(STAMP) ## Rewrite the resolved-config snapshots in tests/golden (review the diff!)
 	UPDATE_GOLDEN=1 $(BIN)/python -m pytest tests/test_config.py -k golden -q
+
+bench: $(STAMP) ## Run the performance benchmarks (ratios vs same-process baselines; results/bench/); BENCH_ARGS=--quick
+	$(BIN)/python benchmarks/run_all.py $(BENCH_ARGS)
 
 tables: $(STAMP) ## Rebuild every results table from the stored run records (no training)
 	$(BIN)/attnlab-table table=all

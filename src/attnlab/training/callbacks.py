@@ -16,35 +16,38 @@ def lower_is_better(metric: str) -> bool:
 
 
 class Throughput(L.Callback):
-    """``perf/tokens_per_s`` (target tokens per second of training, this rank x world size) and
-    ``perf/step_s`` over the last ``log_every_n_steps`` optimizer steps."""
+    """Training throughput from per-batch wall time (data loading and evaluation excluded).
 
-    def __init__(self) -> None:
-        self._t0: float | None = None
-        self._tokens0 = 0
+    Keeps the run's totals for the run record (``average_tokens_per_s``: target tokens of all ranks per
+    second) and, with ``log=True``, logs ``perf/tokens_per_s`` and ``perf/step_s`` over every
+    ``log_every_n_steps`` optimizer steps (with ``callbacks.mfu`` on, ``MFUCallback`` logs tokens/s).
+    """
+
+    def __init__(self, log: bool = True) -> None:
+        self.log = log
         self.total_tokens = 0
         self.train_seconds = 0.0
+        self._window_tokens, self._window_seconds, self._window_steps = 0, 0.0, 0
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
-        if self._t0 is None:
-            self._t0 = time.perf_counter()
-            self._tokens0 = pl_module._tokens_seen
-            self._step0 = trainer.global_step
+        self._t0 = time.perf_counter()
+        self._tokens0 = pl_module._tokens_seen
+        self._step0 = trainer.global_step
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
-        steps = trainer.global_step - self._step0
-        if self._t0 is None or steps < max(trainer.log_every_n_steps, 1):
-            return
         elapsed = time.perf_counter() - self._t0
         tokens = (pl_module._tokens_seen - self._tokens0) * trainer.world_size
         self.total_tokens += tokens
         self.train_seconds += elapsed
-        pl_module.log("perf/tokens_per_s", tokens / max(elapsed, 1e-9), on_step=True, on_epoch=False)
-        pl_module.log("perf/step_s", elapsed / steps, on_step=True, on_epoch=False)
-        self._t0 = None
-
-    def on_validation_start(self, trainer, pl_module):
-        self._t0 = None  # do not count evaluation time as training time
+        self._window_tokens += tokens
+        self._window_seconds += elapsed
+        self._window_steps += trainer.global_step - self._step0
+        if not self.log or self._window_steps < max(trainer.log_every_n_steps, 1):
+            return
+        pl_module.log("perf/tokens_per_s", self._window_tokens / max(self._window_seconds, 1e-9),
+                      on_step=True, on_epoch=False)
+        pl_module.log("perf/step_s", self._window_seconds / self._window_steps, on_step=True, on_epoch=False)
+        self._window_tokens, self._window_seconds, self._window_steps = 0, 0.0, 0
 
     def average_tokens_per_s(self) -> float | None:
         return self.total_tokens / self.train_seconds if self.train_seconds > 0 else None

@@ -83,7 +83,8 @@ class TaskModule(L.LightningModule):
                 (no_decay if p.ndim < 2 or "norm" in name else decay).append(p)
         groups = [{"params": decay, "weight_decay": o["weight_decay"]}, {"params": no_decay, "weight_decay": 0.0}]
         optimizer = cls(groups, lr=o["lr"], betas=tuple(o["betas"]), eps=o["eps"])
-        total = self.trainer.max_steps if self.trainer and self.trainer.max_steps > 0 else 100_000
+        trainer = self._trainer  # None outside a Trainer (benchmarks, tools); the property would raise
+        total = trainer.max_steps if trainer is not None and trainer.max_steps > 0 else 100_000
         schedule = torch.optim.lr_scheduler.LambdaLR(
             optimizer, lr_multiplier(o["schedule"], warmup_steps=o["warmup_steps"], total_steps=total,
                                      min_ratio=o["min_lr_ratio"])

@@ -317,7 +317,8 @@ def build_callbacks(cfg: DictConfig, run_dir: Path) -> list:
     from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint
 
     c = cfg.callbacks
-    callbacks: list = [Throughput(), BestMetrics(), RandomState(),
+    mfu = bool(c.get("mfu")) and not cfg.get("debug_mode")
+    callbacks: list = [Throughput(log=not mfu), BestMetrics(), RandomState(),
                        NonFiniteGuard(cfg.get("nan_policy", "stop"), int(cfg.get("max_skipped_batches", 0)))]
     if c.get("checkpoint"):
         ck = c.checkpoint
@@ -333,6 +334,10 @@ def build_callbacks(cfg: DictConfig, run_dir: Path) -> list:
     has_logger = any(cfg.logger.get(k) is not None for k in ("csv", "wandb", "tensorboard"))
     if c.get("lr_monitor") and has_logger:
         callbacks.append(LearningRateMonitor(logging_interval="step"))
+    if mfu:  # perf/mfu against the datasheet peak, or the matmul peak measured at fit start on CPU
+        from attnlab.training.perf import MFUCallback
+
+        callbacks.append(MFUCallback(log_every=cfg.trainer.log_every_n_steps))
     if c.get("ponder_stats") and cfg.model.recurrence.name.endswith("act"):
         callbacks.append(PonderStats(str(run_dir), sample_size=c.ponder_stats.sample_size))
     return callbacks
