@@ -85,7 +85,7 @@ def load_checkpoint_file(path: str | os.PathLike, map_location: Any = "cpu") -> 
         if "Unsupported global" in text:
             raise CheckpointError(
                 f"checkpoint {path} needs arbitrary unpickling{_unsupported_global(text)}; refused (only tensors "
-                f"and plain containers are loaded, see docs/reliability.md)"
+                f"and plain containers are loaded, see README 'When things go wrong')"
             ) from None
         raise CheckpointError(f"checkpoint {path} is corrupt or truncated (not a torch checkpoint)") from None
     except Exception as exc:  # noqa: BLE001 - whatever a damaged file makes torch.load raise, it is unusable
