@@ -42,6 +42,9 @@ def test_every_experiment_composes_at_both_scales(experiment, scale, tmp_path):
 
 
 def _snapshot(cfg) -> str:
+    # Folders come from the environment (ATTNLAB_DATA_ROOT, ATTNLAB_RUNS_DIR; the Makefile sets the first):
+    # snapshot the configs as they resolve with the defaults, wherever the tests run.
+    cfg.paths.data_root, cfg.paths.runs_dir = "data", "runs"
     plain = OmegaConf.to_container(cfg, resolve=True)
     plain.pop("paths", None)
     return yaml.safe_dump(plain, sort_keys=True)
