@@ -58,3 +58,10 @@ def test_console_script_help_and_bad_input_in_a_subprocess(tmp_path):
     assert bad.returncode == 2
     assert bad.stderr.strip().count("\n") == 0 and "not divisible" in bad.stderr
     assert not Path(tmp_path, "runs").exists()
+
+
+@pytest.mark.parametrize("module", ["attnlab.train", "attnlab.evaluate", "attnlab.table"])
+def test_python_dash_m_entry_points_exist(module):
+    import importlib
+
+    assert callable(importlib.import_module(module).main)
