@@ -61,6 +61,7 @@ def test_copy_task_is_learned_at_training_length(tmp_path):
     assert record["metrics"]["final"]["test_train_len/char_acc"] > 0.9
 
 
+@pytest.mark.timeout(1800)
 def test_ponder_heatmap_notebook_runs(tmp_path):
     """The notebook trains a small UT+ACT run and draws its ponder-time heatmap."""
     nbformat = pytest.importorskip("nbformat", reason="notebooks need the dev extras (nbformat, nbclient)")
