@@ -17,6 +17,7 @@ Components (``B_c``, per head h):
 
 from __future__ import annotations
 
+import abc
 import math
 from dataclasses import dataclass
 from typing import ClassVar
@@ -84,11 +85,12 @@ class PerHeadLinear(nn.Module):
         return y if self.bias is None else y + self.bias[None, :, None, :]
 
 
-class SynthComponent(nn.Module):
+class SynthComponent(nn.Module, abc.ABC):
     """Produces logits (B or 1, H, n, key_len) for the n new query positions starting at ``offset``."""
 
+    @abc.abstractmethod
     def logits(self, x, *, offset: int, key_len: int, cache: Cache | None, pad) -> torch.Tensor:
-        raise NotImplementedError
+        """Synthesized logits of the new query positions over the first ``key_len`` keys."""
 
 
 class DenseLogits(SynthComponent):

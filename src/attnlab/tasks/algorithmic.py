@@ -15,8 +15,8 @@ import random
 from typing import Any
 
 from attnlab.tasks.base import DataError, TaskData, register_task_family
-from attnlab.tasks.batching import PairDataset, Seq2SeqCollate
-from attnlab.tasks.vocab import Vocab
+from attnlab.tasks.batching import PairDataset
+from attnlab.tasks.vocab import Vocab, symbol_seq2seq_task
 
 PLUS = "+"
 
@@ -82,15 +82,9 @@ def load_algorithmic(cfg: dict[str, Any], seed: int) -> TaskData:
     for split, (size, lo, hi, stream) in split_specs.items():
         raw = generate(name, size=size, min_len=lo, max_len=hi, base=base, seed=base_seed * 1000 + stream)
         datasets[split] = PairDataset([(vocab.encode(x), vocab.encode(y)) for x, y in raw])
-    return TaskData(
-        kind="seq2seq",
-        datasets=datasets,
-        collate=Seq2SeqCollate(vocab.pad_id, vocab.bos_id, vocab.eos_id),
-        vocab_size=len(vocab),
-        src_vocab_size=len(vocab),
-        pad_id=vocab.pad_id,
-        bos_id=vocab.bos_id,
-        eos_id=vocab.eos_id,
+    return symbol_seq2seq_task(
+        vocab,
+        datasets,
         # Room for addition's "+", the source EOS, BOS/EOS framing and a sum one digit longer.
         max_len=cfg["test_max_len"] + 4,
         eval_splits={"test": "test", "test_train_len": "test_train_len"},

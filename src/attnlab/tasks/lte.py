@@ -38,8 +38,8 @@ from collections.abc import Callable
 from typing import Any
 
 from attnlab.tasks.base import DataError, TaskData, register_task_family
-from attnlab.tasks.batching import PairDataset, Seq2SeqCollate
-from attnlab.tasks.vocab import Vocab
+from attnlab.tasks.batching import PairDataset
+from attnlab.tasks.vocab import Vocab, symbol_seq2seq_task
 
 OPERATIONS = ("pair", "smallmul", "equality", "vars", "small_loop", "ifstat")
 PROGRAM_VARIANTS = {"program": OPERATIONS, "control": ("ifstat", "small_loop"), "addition": ()}
@@ -431,15 +431,9 @@ def load_lte(cfg: dict[str, Any], seed: int) -> TaskData:
     longest_tgt = max(len(y) for items in raw.values() for _, y in items)
     kind = "memorization" if variant in MEMORIZATION_VARIANTS else "program evaluation"
     knobs = f"length {length}" + (f", nesting {nesting}" if kind == "program evaluation" else "")
-    return TaskData(
-        kind="seq2seq",
-        datasets=datasets,
-        collate=Seq2SeqCollate(vocab.pad_id, vocab.bos_id, vocab.eos_id),
-        vocab_size=len(vocab),
-        src_vocab_size=len(vocab),
-        pad_id=vocab.pad_id,
-        bos_id=vocab.bos_id,
-        eos_id=vocab.eos_id,
+    return symbol_seq2seq_task(
+        vocab,
+        datasets,
         max_len=max(longest_src, longest_tgt) + 2,
         eval_splits={"test": "test"},
         metric_flavours={

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from typing import Any
+
+from torch.utils.data import Dataset
 
 PAD, BOS, EOS, UNK = "<pad>", "<s>", "</s>", "<unk>"
 SPECIALS = (PAD, BOS, EOS, UNK)
@@ -35,3 +38,22 @@ class Vocab:
                 continue
             out.append(self.itos[i] if 0 <= i < len(self.itos) else UNK)
         return out
+
+
+def symbol_seq2seq_task(vocab: Vocab, datasets: dict[str, Dataset], **fields: Any):
+    """``TaskData`` of a sequence-to-sequence task whose source and target share one symbol vocabulary
+    (generated character/digit tasks): the collate, vocabulary sizes and special ids all come from it."""
+    from attnlab.tasks.base import TaskData
+    from attnlab.tasks.batching import Seq2SeqCollate
+
+    return TaskData(
+        kind="seq2seq",
+        datasets=datasets,
+        collate=Seq2SeqCollate(vocab.pad_id, vocab.bos_id, vocab.eos_id),
+        vocab_size=len(vocab),
+        src_vocab_size=len(vocab),
+        pad_id=vocab.pad_id,
+        bos_id=vocab.bos_id,
+        eos_id=vocab.eos_id,
+        **fields,
+    )
