@@ -7,6 +7,8 @@ TORCH ?= torch==2.13.0
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
+# Committed run records (results.json, config, small artifacts) behind the committed tables in results/.
+PUBLISHED := results/runs
 DEMO_DIR := runs/demo/$(shell date +%Y-%m-%d_%H-%M-%S)
 # Our machines keep real datasets in ../shared/data; elsewhere set ATTNLAB_DATA_ROOT (or paths.data_root).
 ifneq ($(wildcard ../shared/data),)
@@ -14,7 +16,7 @@ export ATTNLAB_DATA_ROOT ?= $(abspath ../shared/data)
 endif
 
 .DEFAULT_GOAL := help
-.PHONY: help install demo test test-slow test-gpu test-all lint format golden bench tables clean
+.PHONY: help install demo test test-slow test-gpu test-all lint format golden bench tables check-tables publish-runs clean
 
 help: ## List every target with a one-line description
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_%-]+:.*## / {printf "  \033[36m%-16s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -65,8 +67,14 @@ golden: $(STAMP) ## Rewrite the resolved-config snapshots in tests/golden (revie
 bench: $(STAMP) ## Run the performance benchmarks (ratios vs same-process baselines; results/bench/); BENCH_ARGS=--quick
 	$(BIN)/python benchmarks/run_all.py $(BENCH_ARGS)
 
-tables: $(STAMP) ## Rebuild every results table from the stored run records (no training)
-	$(BIN)/attnlab-table table=all
+tables: $(STAMP) ## Rebuild every results table from the committed run records in results/runs (no training)
+	$(BIN)/attnlab-table table=all runs=$(PUBLISHED) out=results/
+
+check-tables: $(STAMP) ## Fail unless every committed table is exactly what results/runs gives (CI runs this)
+	$(BIN)/attnlab-table table=all runs=$(PUBLISHED) out=results/ check=true
+
+publish-runs: $(STAMP) ## Copy the records of finished preset runs (RUNS=runs) into results/runs for committing
+	$(BIN)/python -m attnlab.results.publish $(RUNS) $(PUBLISHED)
 
 clean: ## Remove the virtual environment and caches (runs/ and results/ stay)
 	rm -rf $(VENV) .pytest_cache .ruff_cache

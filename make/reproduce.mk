@@ -5,6 +5,11 @@
 #   make reproduce-lra-table1 SEEDS=1 ARGS="trainer.max_steps=200"
 #   make reproduce-ut-table4 SCALE=paper HARDWARE=gpu8 LAUNCHER=submitit_slurm_attnlab   # on SLURM
 #
+# Runs train into RUNS (runs/ by default); the records of the table's runs (results.json, resolved config,
+# ponder/attention artifacts: kilobytes, no checkpoints) are then published into results/runs/<experiment>/,
+# and the tables are built from there, so committing results/ commits a table together with what it was
+# built from (`make check-tables`, run by CI, holds them equal).
+#
 # Rows whose completed run record already exists for the same config hash are skipped
 # (ATTNLAB_SKIP_EXISTING=1, see attnlab.results.lookup); delete a record, or pass a changed override, to
 # train it again. Rows are the presets under src/attnlab/conf/experiment/<paper>/<table>/, listed by make
@@ -36,7 +41,8 @@ define reproduce
 	@test -n "$(call repro_specs,$(1))" || { echo "error: no table spec $(TABLE_SPECS)/$(1)[_*].yaml" >&2; exit 2; }
 	ATTNLAB_SKIP_EXISTING=1 $(BIN)/attnlab-train -m experiment=$(call repro_rows,$(1)) seed=$(SEEDS) \
 		scale=$(SCALE) hardware=$(HARDWARE) $(if $(LAUNCHER),hydra/launcher=$(LAUNCHER)) $(ARGS)
-	$(foreach spec,$(call repro_specs,$(1)),$(BIN)/attnlab-table table=$(spec) runs=$(RUNS) print=true &&) true
+	$(BIN)/python -m attnlab.results.publish $(RUNS) $(PUBLISHED) --only $(1)
+	$(foreach spec,$(call repro_specs,$(1)),$(BIN)/attnlab-table table=$(spec) runs=$(PUBLISHED) print=true &&) true
 endef
 
 .PHONY: reproduce-ut-table4 reproduce-ut-table7 reproduce-lra-table1 reproduce-qknorm-table1 \

@@ -42,7 +42,8 @@ def _md_row(md: str, label: str) -> list[str]:
     return [c.strip() for c in line.strip("|").split("|")]
 
 
-def test_mean_std_over_three_seeds_and_paper_diff(workspace, put_record):
+def test_mean_std_over_three_seeds_and_paper_diff(workspace, put_record, monkeypatch):
+    monkeypatch.chdir(workspace)  # sources name records relative to where the table is built
     for seed, acc in enumerate([0.25, 0.5, 0.75]):
         put_record(f"t{seed}", seed=seed, **{"metrics.final": {"test/seq_acc": acc, "test/char_acc": 0.9}})
     built = _build(workspace)

@@ -97,6 +97,15 @@ def build_tables(cfg: Mapping[str, Any] | DictConfig) -> list[Path]:
         built = build_table(spec, records, papers, corrupt)
         built_all.append(built)
         files.update(render_all(built, cfg.get("out") or "results/", plot=bool(cfg.get("plot", True))))
+    if cfg.get("check"):
+        stale = check_tables(files, Path(cfg.get("out") or "results/"), find_orphans=table == "all")
+        if stale:
+            raise TableError(
+                f"{len(stale)} committed table file(s) differ from what the run records give: "
+                f"{', '.join(stale[:5])}{' ...' if len(stale) > 5 else ''}; run `make tables` and commit the result"
+            )
+        print(f"attnlab-table: {len(files)} table file(s) match the run records")
+        return []
     written = write_files_atomically(files)
     for built in built_all:
         if cfg.get("print"):
@@ -104,6 +113,22 @@ def build_tables(cfg: Mapping[str, Any] | DictConfig) -> list[Path]:
     for path in written:
         print(f"wrote {path}")
     return written
+
+
+TABLE_SUFFIXES = (".md", ".csv", ".tex", ".png")
+
+
+def check_tables(files: Mapping[Path, bytes], out: Path, find_orphans: bool) -> list[str]:
+    """Paths whose bytes on disk differ from ``files`` (or are missing); with ``find_orphans``, also table
+    files under ``out`` that no spec generates any more (left behind by a renamed or deleted spec)."""
+    differ = sorted(str(p) for p, content in files.items() if not p.is_file() or p.read_bytes() != content)
+    if find_orphans:
+        expected = {p.resolve() for p in files}
+        paper_dirs = sorted({p.parent for p in files})  # results/bench and results/runs are not tables
+        for path in sorted(q for d in paper_dirs for q in d.glob("*")):
+            if path.suffix in TABLE_SUFFIXES and path.resolve() not in expected:
+                differ.append(f"{path} (no spec generates it)")
+    return differ
 
 
 # ----------------------------------------------------------------------------------------------------------

@@ -675,7 +675,7 @@ def _source_lines(built: BuiltTable) -> list[tuple[str, list[str]]]:
                 what = f"seed {d.get('seed')}, {d.get('status')}, config {str(d.get('config_hash'))[:12]}"
                 if tag == "superseded":
                     what += ", superseded by a newer or better record of the same seed"
-                lines.append(f"`{d.get('run_dir')}` ({what}): `{d.get('command')}`")
+                lines.append(f"`{_rel(r.path)}` ({what}): `{d.get('command')}`")
         for c in row.corrupt:
             lines.append(f"`{c.path}` (corrupt): {c.message}")
         out.append((row.spec.label, lines))
@@ -741,7 +741,7 @@ def render_csv(built: BuiltTable) -> str:
                     "" if row.tokens_per_s is None else repr(row.tokens_per_s.mean),
                     "" if row.peak_mem_mb is None else repr(row.peak_mem_mb.mean),
                     "" if row.wall_s is None else repr(row.wall_s.mean),
-                    ";".join(str(r.data.get("run_dir")) for r in row.used),
+                    ";".join(_rel(r.path) for r in row.used),
                 ]
             )
     return buf.getvalue()

@@ -1,0 +1,150 @@
+"""Publishing run records: copy the small files of finished runs into ``results/runs`` for committing.
+
+A run folder under ``runs/`` holds checkpoints and logs (megabytes to gigabytes); a committed table needs
+only what its numbers came from. ``publish_runs`` copies, for every completed run of a paper preset
+(``experiment`` set, not a debug run), the record and the resolved config, plus the small artifacts
+that notebooks read, into ``results/runs/<experiment>/s<seed>-<config hash>/``:
+
+    results.json                   the run record (untouched: its run_dir still says where it was trained)
+    .hydra/config.yaml             the resolved config, .hydra/overrides.yaml the command-line overrides
+    ponder/, attention/            per-position step counts, attention-weight histograms (when recorded)
+
+The destination is keyed by config hash and seed, so publishing the same run twice writes the same bytes,
+and a rerun with other settings lands beside the old one (the table then picks per seed, newest first).
+
+    python -m attnlab.results.publish runs results/runs [--only ut/table4]
+
+Like the rest of ``results/``, this imports neither torch nor Hydra.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from attnlab.results.record import RECORD_FILENAME, find_records, load_json, validate_record
+from attnlab.results.table import write_files_atomically
+
+# Files and folders of a run folder that travel with its record (everything else stays behind).
+PUBLISHED_FILES = (".hydra/config.yaml", ".hydra/overrides.yaml")
+PUBLISHED_DIRS = ("ponder", "attention")
+# An artifact folder bigger than this is refused: results/ is for kilobytes, not checkpoints.
+MAX_ARTIFACT_BYTES = 2_000_000
+
+
+class PublishError(Exception):
+    """A record that cannot be published; the message is one line."""
+
+
+@dataclass(frozen=True)
+class Published:
+    source: Path
+    destination: Path
+    changed: bool
+
+
+def destination_for(record: dict, dest_root: Path) -> Path:
+    """``<dest_root>/<experiment>/s<seed>-<first 12 of config hash>`` for one record."""
+    experiment = str(record["experiment"]).strip("/")
+    if not experiment or ".." in Path(experiment).parts:
+        raise PublishError(f"experiment_name {experiment!r} cannot name a folder")
+    return dest_root / experiment / f"s{record.get('seed')}-{str(record['config_hash'])[:12]}"
+
+
+def _publishable(data: object, only: tuple[str, ...]) -> bool:
+    if not isinstance(data, dict) or data.get("status") != "completed" or validate_record(data):
+        return False
+    experiment = data.get("experiment")
+    if not experiment or (data.get("extra") or {}).get("debug"):
+        return False
+    return not only or any(experiment == o or experiment.startswith(o.rstrip("/") + "/") for o in only)
+
+
+def _artifacts(run_dir: Path) -> dict[str, bytes]:
+    """Relative path -> bytes of the files that travel with a record, checked against the size cap."""
+    files: dict[str, bytes] = {}
+    for rel in PUBLISHED_FILES:
+        if (run_dir / rel).is_file():
+            files[rel] = (run_dir / rel).read_bytes()
+    for folder in PUBLISHED_DIRS:
+        root = run_dir / folder
+        if not root.is_dir():
+            continue
+        for path in sorted(p for p in root.rglob("*") if p.is_file()):
+            files[path.relative_to(run_dir).as_posix()] = path.read_bytes()
+        size = sum(len(b) for k, b in files.items() if k.startswith(folder + "/"))
+        if size > MAX_ARTIFACT_BYTES:
+            raise PublishError(
+                f"{root}: {size} bytes of artifacts, over the {MAX_ARTIFACT_BYTES}-byte cap for results/; "
+                "keep big outputs in runs/"
+            )
+    return files
+
+
+def publish_runs(
+    sources: Iterable[str | os.PathLike], dest_root: str | os.PathLike, only: Iterable[str] = ()
+) -> list[Published]:
+    """Copy every publishable record under ``sources`` (with its config and artifacts) below ``dest_root``.
+
+    Every file is read first, then all changed ones are renamed into place together (unchanged bytes are
+    not rewritten), so an error leaves ``dest_root`` as it was.
+    """
+    dest_root = Path(dest_root)
+    only = tuple(only)
+    plan: list[tuple[Path, Path, dict[str, bytes]]] = []
+    seen: dict[Path, Path] = {}
+    for path in find_records(list(sources)):
+        if dest_root.resolve() in path.resolve().parents:
+            continue  # already published
+        data = load_json(path)
+        if not _publishable(data, only):
+            continue
+        dest = destination_for(data, dest_root)
+        if dest in seen:
+            # Two runs of one config and seed: keep the newer (the same rule the table applies).
+            if str(load_json(seen[dest]).get("created")) >= str(data.get("created")):
+                continue
+            plan = [p for p in plan if p[1] != dest]
+        seen[dest] = path
+        files = {RECORD_FILENAME: path.read_bytes(), **_artifacts(path.parent)}
+        plan.append((path, dest, files))
+    published, to_write = [], {}
+    for source, dest, files in plan:
+        changed = {dest / rel: content for rel, content in files.items() if not _same(dest / rel, content)}
+        to_write.update(changed)
+        published.append(Published(source, dest, bool(changed)))
+    write_files_atomically(to_write)
+    return published
+
+
+def _same(path: Path, content: bytes) -> bool:
+    return path.is_file() and path.read_bytes() == content
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m attnlab.results.publish", description=__doc__.split("\n")[0])
+    parser.add_argument("sources", nargs="+", help="run folders to search (e.g. runs)")
+    parser.add_argument("dest", help="where records go (results/runs)")
+    parser.add_argument("--only", action="append", default=[], help="experiment prefix, e.g. ut/table4")
+    args = parser.parse_args(argv)
+    missing = [s for s in args.sources if not Path(s).exists()]
+    if missing:
+        print(f"error: no such runs folder: {', '.join(missing)}", file=sys.stderr)
+        return 2
+    try:
+        published = publish_runs(args.sources, args.dest, args.only)
+    except (PublishError, OSError, UnicodeDecodeError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    for p in published:
+        print(f"{'published' if p.changed else 'unchanged'}: {p.destination} <- {p.source.parent}")
+    print(f"{len(published)} record(s) under {args.dest}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

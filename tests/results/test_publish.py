@@ -1,0 +1,111 @@
+"""Publishing run records into results/runs, and `attnlab-table check=true` (what CI runs as check-tables)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from attnlab.cli.table import build_tables
+from attnlab.results.publish import MAX_ARTIFACT_BYTES, main, publish_runs
+from attnlab.results.table import TableError
+
+
+def _with_artifacts(record_path, ponder: str = '{"step": 1}\n'):
+    run = record_path.parent
+    (run / ".hydra").mkdir()
+    (run / ".hydra" / "config.yaml").write_text("seed: 0\n")
+    (run / ".hydra" / "overrides.yaml").write_text("- seed=0\n")
+    (run / "ponder").mkdir()
+    (run / "ponder" / "steps.jsonl").write_text(ponder)
+    (run / "checkpoints").mkdir()
+    (run / "checkpoints" / "last.ckpt").write_bytes(b"\0" * 1000)
+    return run
+
+
+def test_publish_copies_record_config_and_artifacts_but_no_checkpoints(workspace, put_record):
+    run = _with_artifacts(put_record("a", experiment="ut/table4/ut_copy", seed=2))
+    published = publish_runs([workspace / "runs"], workspace / "results" / "runs")
+    assert len(published) == 1 and published[0].changed
+    dest = workspace / "results" / "runs" / "ut" / "table4" / "ut_copy" / f"s2-{'ab' * 6}"
+    assert published[0].destination == dest
+    assert sorted(p.relative_to(dest).as_posix() for p in dest.rglob("*") if p.is_file()) == [
+        ".hydra/config.yaml", ".hydra/overrides.yaml", "ponder/steps.jsonl", "results.json",
+    ]  # fmt: skip
+    assert (dest / "results.json").read_bytes() == (run / "results.json").read_bytes()
+    again = publish_runs([workspace / "runs"], workspace / "results" / "runs")
+    assert not again[0].changed  # the same run publishes the same bytes
+
+
+def test_publish_skips_debug_ad_hoc_failed_and_other_tables(workspace, put_record):
+    put_record("debug", experiment="ut/table4/ut_copy", extra={"debug": "fdr"})
+    put_record("adhoc", experiment=None)
+    put_record("failed", experiment="ut/table4/ut_copy", status="failed", error="boom")
+    put_record("other", experiment="lra/table1/transformer_listops")
+    put_record("wanted", experiment="ut/table4/ut_copy", seed=1)
+    published = publish_runs([workspace / "runs"], workspace / "results" / "runs", only=["ut/table4"])
+    assert [p.source.parent.name for p in published] == ["wanted"]
+
+
+def test_publish_keeps_the_newer_of_two_runs_of_one_config_and_seed(workspace, put_record):
+    put_record("old", experiment="demo/copy", created="2025-01-01T00:00:00+00:00")
+    put_record("new", experiment="demo/copy", created="2025-02-01T00:00:00+00:00")
+    (published,) = publish_runs([workspace / "runs"], workspace / "results" / "runs")
+    assert json.loads((published.destination / "results.json").read_text())["run_dir"] == "runs/new"
+
+
+def test_publish_refuses_oversized_artifacts_and_writes_nothing(workspace, put_record, capsys):
+    _with_artifacts(put_record("big", experiment="demo/copy"), ponder="x" * (MAX_ARTIFACT_BYTES + 1))
+    put_record("fine", experiment="demo/copy", seed=5)
+    assert main([str(workspace / "runs"), str(workspace / "results" / "runs")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "cap for results/" in err
+    assert not (workspace / "results").exists()
+
+
+def test_publish_names_a_missing_runs_folder(workspace, capsys):
+    assert main([str(workspace / "nowhere"), str(workspace / "results" / "runs")]) == 2
+    assert "no such runs folder" in capsys.readouterr().err
+
+
+def _cfg(workspace, **extra):
+    return {
+        "table": "all", "runs": str(workspace / "results" / "runs"), "out": str(workspace / "results"),
+        "experiments_dir": str(workspace / "experiments"), "source": "local", **extra,
+    }  # fmt: skip
+
+
+def test_check_passes_on_fresh_tables_and_catches_edits_and_orphans(workspace, put_record):
+    put_record("a", experiment="demo/copy")
+    publish_runs([workspace / "runs"], workspace / "results" / "runs")
+    written = build_tables(_cfg(workspace))
+    assert build_tables(_cfg(workspace, check=True)) == []  # nothing written, nothing differs
+
+    md = next(p for p in written if p.suffix == ".md")
+    md.write_text(md.read_text().replace("Transformer", "Transformer (hand-edited)"))
+    with pytest.raises(TableError, match=r"1 committed table file\(s\) differ.*t1\.md.*make tables"):
+        build_tables(_cfg(workspace, check=True))
+    build_tables(_cfg(workspace))
+
+    (md.parent / "t0.md").write_text("a table from a deleted spec\n")
+    with pytest.raises(TableError, match="no spec generates it"):
+        build_tables(_cfg(workspace, check=True))
+
+
+def test_check_catches_a_record_added_without_rebuilding(workspace, put_record):
+    put_record("a", experiment="demo/copy")
+    publish_runs([workspace / "runs"], workspace / "results" / "runs")
+    build_tables(_cfg(workspace))
+    put_record("b", experiment="demo/copy", seed=3)
+    publish_runs([workspace / "runs"], workspace / "results" / "runs")
+    with pytest.raises(TableError, match="differ"):
+        build_tables(_cfg(workspace, check=True))
+
+
+def test_table_sources_name_the_record_where_it_was_read(workspace, put_record, monkeypatch):
+    put_record("a", experiment="demo/copy", run_dir="/elsewhere/runs/a")
+    publish_runs([workspace / "runs"], workspace / "results" / "runs")
+    monkeypatch.chdir(workspace)
+    cfg = _cfg(workspace, runs="results/runs", out="results")
+    md = next(p for p in build_tables(cfg) if p.suffix == ".md").read_text()
+    assert f"`results/runs/demo/copy/s0-{'ab' * 6}`" in md and "/elsewhere" not in md
