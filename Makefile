@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 # Committed run records (results.json, config, small artifacts) behind the committed tables in results/.
-PUBLISHED := results/runs
+PUBLISHED ?= results/runs
 DEMO_DIR := runs/demo/$(shell date +%Y-%m-%d_%H-%M-%S)
 # Our machines keep real datasets in ../shared/data; elsewhere set ATTNLAB_DATA_ROOT (or paths.data_root).
 ifneq ($(wildcard ../shared/data),)

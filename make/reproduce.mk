@@ -24,6 +24,7 @@ HARDWARE ?= cpu
 ARGS ?=
 LAUNCHER ?=
 RUNS ?= $(or $(ATTNLAB_RUNS_DIR),runs)
+TABLES_OUT ?= results/
 EXPERIMENT_CONF := src/attnlab/conf/experiment
 TABLE_SPECS := experiments
 
@@ -40,9 +41,9 @@ define reproduce
 	@test -n "$(call repro_rows,$(1))" || { echo "error: no presets under $(EXPERIMENT_CONF)/$(1)" >&2; exit 2; }
 	@test -n "$(call repro_specs,$(1))" || { echo "error: no table spec $(TABLE_SPECS)/$(1)[_*].yaml" >&2; exit 2; }
 	ATTNLAB_SKIP_EXISTING=1 $(BIN)/attnlab-train -m experiment=$(call repro_rows,$(1)) seed=$(SEEDS) \
-		scale=$(SCALE) hardware=$(HARDWARE) $(if $(LAUNCHER),hydra/launcher=$(LAUNCHER)) $(ARGS)
+		scale=$(SCALE) hardware=$(HARDWARE) paths.runs_dir=$(RUNS) $(if $(LAUNCHER),hydra/launcher=$(LAUNCHER)) $(ARGS)
 	$(BIN)/python -m attnlab.results.publish $(RUNS) $(PUBLISHED) --only $(1)
-	$(foreach spec,$(call repro_specs,$(1)),$(BIN)/attnlab-table table=$(spec) runs=$(PUBLISHED) print=true &&) true
+	$(foreach spec,$(call repro_specs,$(1)),$(BIN)/attnlab-table table=$(spec) runs=$(PUBLISHED) out=$(TABLES_OUT) print=true &&) true
 endef
 
 .PHONY: reproduce-ut-table4 reproduce-ut-table7 reproduce-lra-table1 reproduce-qknorm-table1 \

@@ -87,4 +87,5 @@ def test_reproduce_targets_run_every_preset_as_one_multirun_and_build_every_spec
     for piece in (f"experiment={','.join(presets('ut/table4'))}", "seed=4,5", "scale=paper", "hardware=gpu8",
                   "hydra/launcher=submitit_slurm_attnlab", "trainer.max_steps=7"):
         assert piece in train
-    assert "attnlab-table table=ut/table4_copy" in dry.stdout
+    assert "attnlab.results.publish runs results/runs --only ut/table4" in dry.stdout
+    assert "attnlab-table table=ut/table4_copy runs=results/runs out=results/" in dry.stdout
