@@ -57,10 +57,14 @@ def test_every_preset_is_a_row_of_one_spec_and_every_spec_row_has_a_preset(table
         assert (spec.paper, spec.table) == (paper, table), f"{path.name}: paper/table must be {paper}/{table}"
         assert spec.match.get("extra.debug", "absent") is None, f"{path.name}: keep debug runs out (extra.debug: null)"
         for row in spec.rows:
-            experiment = row.match.get("experiment")
-            assert experiment in mine, f"{path.name}: row {row.label!r} matches no preset of {table_dir}"
-            assert row.paper_row == preset_yaml(experiment)["row"], f"{path.name}: {row.label!r}: paper_row != row"
-            used.append(experiment)
+            experiments = row.match.get("experiment")  # one preset, or one per column (GLUE: one per task)
+            for experiment in experiments if isinstance(experiments, list) else [experiments]:
+                assert experiment in mine, f"{path.name}: row {row.label!r} names {experiment!r}, not a preset"
+                assert row.paper_row == preset_yaml(experiment)["row"], f"{path.name}: {row.label!r}: paper_row != row"
+                used.append(experiment)
+        for m in spec.metrics:  # a column of a multi-run row must say which of the row's runs it reads
+            many = any(isinstance(r.match.get("experiment"), list) for r in spec.rows)
+            assert m.mean_of is not None or not many or m.match, f"{path.name}: column {m.label!r} needs a match"
     assert sorted(used) == sorted(mine), f"presets without a spec row (or used twice): {sorted(set(mine) ^ set(used))}"
 
 

@@ -315,3 +315,48 @@ def test_cli_misspelled_key_is_one_line(workspace):
         "attnlab-table: error: unknown key 'tabel' (misspelled?); see the keys of the root config with: "
         "attnlab-table --cfg job"
     ]
+
+
+GLUE_LIKE = {
+    "title": "Toy GLUE",
+    "metrics": [
+        {"ours": "test/mcc", "label": "CoLA", "match": {"task": "glue/cola"}},
+        {"ours": "test/f1", "label": "MRPC F1", "match": {"task": "glue/mrpc"}},
+        {"ours": "test/acc", "label": "MRPC acc", "match": {"task": "glue/mrpc"}},
+        {"label": "Average", "mean_of": ["CoLA", ["MRPC F1", "MRPC acc"]]},
+    ],
+    "rows": [
+        {"label": "Dense", "match": {"experiment": ["t/dense_cola", "t/dense_mrpc"]}},
+        {"label": "Random", "match": {"experiment": ["t/random_cola", "t/random_mrpc"]}},
+    ],
+}
+
+
+def _glue_run(put_record, variant: str, task: str, seed: int, **metrics) -> None:
+    put_record(f"{variant}-{task}-{seed}", seed=seed, task=f"glue/{task}", experiment=f"t/{variant}_{task}",
+               **{"metrics.final": metrics})  # fmt: skip
+
+
+def test_columns_from_different_runs_and_a_per_seed_mean_column(put_record, tmp_path):
+    for seed, (mcc, f1, acc) in enumerate([(40.0, 80.0, 70.0), (50.0, 90.0, 80.0)]):
+        _glue_run(put_record, "dense", "cola", seed, **{"test/mcc": mcc})
+        _glue_run(put_record, "dense", "mrpc", seed, **{"test/f1": f1, "test/acc": acc})
+    _glue_run(put_record, "random", "cola", 0, **{"test/mcc": 10.0})
+    _glue_run(put_record, "random", "mrpc", 1, **{"test/f1": 60.0, "test/acc": 50.0})  # no common seed
+    records, _ = load_records([tmp_path / "runs"])
+    built = build_table(spec_from_dict(GLUE_LIKE, "toy/glue"), records, load_paper_tables())
+    dense, random = built.rows
+    assert [c.stat.mean for c in dense.cells] == [45.0, 85.0, 75.0, pytest.approx((57.5 + 67.5) / 2)]
+    # per seed: mean(CoLA, mean(F1, acc)) = (40 + 75) / 2 and (50 + 85) / 2; the std is over those
+    assert dense.cells[3].stat.n == 2 and dense.cells[3].stat.std == pytest.approx(7.0710678)
+    assert len(dense.used) == 4 and not dense.superseded  # four runs, none hides another of the same seed
+    assert random.cells[0].stat.mean == 10.0 and random.cells[1].stat.mean == 60.0
+    assert random.cells[3].kind == "missing" and "no seed common" in random.cells[3].note
+
+
+def test_mean_of_must_name_ours_columns():
+    bad = {**GLUE_LIKE, "metrics": [*GLUE_LIKE["metrics"][:3], {"label": "Avg", "mean_of": ["CoLA", "SST-2"]}]}
+    with pytest.raises(SpecError, match="mean_of names 'SST-2'.*labels: CoLA, MRPC F1, MRPC acc"):
+        spec_from_dict(bad, "toy/glue")
+    with pytest.raises(SpecError, match="needs 'ours'.*or 'mean_of'"):
+        spec_from_dict({**GLUE_LIKE, "metrics": [{"label": "x"}]}, "toy/glue")

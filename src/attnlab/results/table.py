@@ -28,6 +28,19 @@ Spec format (all keys but ``title``, ``metrics`` and ``rows`` optional)::
 
 Match values compare equal to the record field named by a dotted path; a list means any of; a string with
 ``*`` or ``?`` is a glob.
+
+A table whose columns come from different runs (GLUE: one run per task) gives each metric its own
+``match`` and each row the list of its runs; a column can be the mean of others, computed per seed over the
+seeds every component has (a nested list is averaged first: a task reported with two metrics counts once,
+as T5 averages GLUE)::
+
+    metrics:
+      - {ours: test/mcc, label: CoLA, match: {task: glue/cola}}
+      - {ours: test/f1, label: MRPC F1, match: {task: glue/mrpc}}
+      - {ours: test/acc, label: MRPC acc, match: {task: glue/mrpc}}
+      - {label: Average, mean_of: [CoLA, [MRPC F1, MRPC acc]]}
+    rows:
+      - {label: Dense, match: {experiment: [syn/t4/dense_cola, syn/t4/dense_mrpc]}}
 """
 
 from __future__ import annotations
@@ -77,6 +90,8 @@ class MetricSpec:
     paper_scale: float = 1.0
     digits: int = 2
     source: str = "final"  # which part of metrics: final | best
+    match: dict[str, Any] = field(default_factory=dict)  # records of this column only (on top of the row's)
+    mean_of: list[Any] | None = None  # labels of other metrics (nested lists averaged first)
 
 
 @dataclass
@@ -101,7 +116,7 @@ class TableSpec:
 
 
 _SPEC_KEYS = {"title", "paper", "table", "data", "match", "notes", "metrics", "rows"}
-_METRIC_KEYS = {"ours", "label", "direction", "scale", "paper_key", "paper_scale", "digits", "from"}
+_METRIC_KEYS = {"ours", "label", "direction", "scale", "paper_key", "paper_scale", "digits", "from", "match", "mean_of"}
 _ROW_KEYS = {"label", "match", "paper_row"}
 
 
@@ -126,9 +141,14 @@ def spec_from_dict(data: Any, name: str, where: str = "spec") -> TableSpec:
         raise SpecError(f"{where}: 'metrics' must be a non-empty list")
     for i, m in enumerate(data["metrics"]):
         w = f"{where}: metrics[{i}]"
-        if not isinstance(m, Mapping) or "ours" not in m:
-            raise SpecError(f"{w}: needs at least 'ours' (a metric name in results.json)")
+        if not isinstance(m, Mapping) or ("ours" in m) == ("mean_of" in m):
+            raise SpecError(f"{w}: needs 'ours' (a metric name in results.json) or 'mean_of' (other columns)")
         _unknown(w, m, _METRIC_KEYS)
+        if "mean_of" in m and ("label" not in m or "match" in m or "from" in m or "scale" in m):
+            raise SpecError(f"{w}: a mean_of column needs a label and takes no match, from or scale")
+        metric_match = m.get("match") or {}
+        if not isinstance(metric_match, Mapping):
+            raise SpecError(f"{w}: 'match' must be a mapping")
         direction = m.get("direction", "higher")
         if direction not in ("higher", "lower"):
             raise SpecError(f"{w}: direction must be higher or lower, got {direction!r}")
@@ -140,18 +160,22 @@ def spec_from_dict(data: Any, name: str, where: str = "spec") -> TableSpec:
             digits = int(m.get("digits", 2))
         except (TypeError, ValueError) as exc:
             raise SpecError(f"{w}: scale, paper_scale and digits must be numbers") from exc
+        mean_of = m.get("mean_of")
         metrics.append(
             MetricSpec(
-                ours=str(m["ours"]),
-                label=str(m.get("label", m["ours"])),
+                ours=str(m["ours"]) if mean_of is None else f"mean of {_flat_labels(mean_of)}",
+                label=str(m.get("label", m.get("ours"))),
                 direction=direction,
                 scale=scale,
                 paper_key=m.get("paper_key"),
                 paper_scale=paper_scale,
                 digits=digits,
                 source=source,
+                match=dict(metric_match),
+                mean_of=None if mean_of is None else list(mean_of),
             )
         )
+    _check_means(metrics, where)
     rows = []
     if not isinstance(data["rows"], list) or not data["rows"]:
         raise SpecError(f"{where}: 'rows' must be a non-empty list")
@@ -183,6 +207,31 @@ def spec_from_dict(data: Any, name: str, where: str = "spec") -> TableSpec:
         match=dict(match),
         notes=notes,
     )
+
+
+def _flat_labels(items: Any) -> str:
+    if not isinstance(items, list):
+        return str(items)
+    return "(" + ", ".join(_flat_labels(i) for i in items) + ")"
+
+
+def _check_means(metrics: list[MetricSpec], where: str) -> None:
+    labels = [m.label for m in metrics]
+    if len(set(labels)) != len(labels):
+        raise SpecError(f"{where}: metric labels must be unique")
+    plain = {m.label for m in metrics if m.mean_of is None}
+    for i, m in enumerate(metrics):
+        if m.mean_of is None:
+            continue
+        if not m.mean_of:
+            raise SpecError(f"{where}: metrics[{i}]: mean_of must be a non-empty list of metric labels")
+        for item in m.mean_of:
+            for label in item if isinstance(item, list) else [item]:
+                if label not in plain:
+                    raise SpecError(
+                        f"{where}: metrics[{i}]: mean_of names {label!r}, which is not the label of an 'ours' "
+                        f"column (labels: {', '.join(sorted(plain))})"
+                    )
 
 
 def list_specs(experiments_dir: str | os.PathLike) -> dict[str, Path]:
@@ -344,13 +393,17 @@ class BuiltTable:
 _STATUS_RANK = {"completed": 0, "running": 1, "failed": 2}
 
 
-def _pick_per_seed(records: list[Loaded]) -> tuple[list[Loaded], list[Loaded]]:
-    """One record per seed (completed before running before failed, then the newest); the rest superseded."""
+def _pick_per_seed(records: list[Loaded], also_by: Sequence[str] = ()) -> tuple[list[Loaded], list[Loaded]]:
+    """One record per seed (completed before running before failed, then the newest); the rest superseded.
+
+    ``also_by``: further fields that tell runs of one row apart (the columns' match keys, e.g. task).
+    """
     by_seed: dict[Any, list[Loaded]] = {}
     for rec in records:
-        by_seed.setdefault(rec.data.get("seed"), []).append(rec)
+        key = (rec.data.get("seed"), *(str(get_field(rec.data, f)) for f in also_by))
+        by_seed.setdefault(key, []).append(rec)
     chosen, superseded = [], []
-    for seed in sorted(by_seed, key=lambda s: (s is None, str(s))):
+    for seed in sorted(by_seed, key=lambda s: (s[0] is None, str(s))):
         group = sorted(
             by_seed[seed],
             key=lambda r: (
@@ -436,13 +489,22 @@ def build_table(
         mine = [r for r in records if matches(r.data, filters)]
         bad = [c for c in corrupt if c.data is not None and matches(c.data, filters)]
         placed.update(c.path for c in bad)
-        chosen, superseded = _pick_per_seed(mine)
-        used = [r for r in chosen if r.data.get("status") == "completed"]
-        failed = [r for r in chosen if r.data.get("status") == "failed"]
-        running = [r for r in chosen if r.data.get("status") == "running"]
+        column_keys = sorted({k for m in spec.metrics for k in m.match})
+        chosen, superseded = _pick_per_seed(mine, column_keys)
+        row_used = [r for r in chosen if r.data.get("status") == "completed"]
         cells = []
+        per_seed: dict[str, dict[Any, float]] = {}
         for m in spec.metrics:
-            values = [v for v in (_metric_value(r, m) for r in used) if v is not None]
+            if m.mean_of is not None:
+                cells.append(_mean_cell(m, per_seed))
+                continue
+            mine_m = [r for r in chosen if matches(r.data, m.match)]
+            used = [r for r in mine_m if r.data.get("status") == "completed"]
+            failed = [r for r in mine_m if r.data.get("status") == "failed"]
+            running = [r for r in mine_m if r.data.get("status") == "running"]
+            scored = [(r, _metric_value(r, m)) for r in used]
+            per_seed[m.label] = {r.data.get("seed"): v for r, v in scored if v is not None}
+            values = [v for _, v in scored if v is not None]
             extras = []
             if failed:
                 extras.append(f"+{len(failed)} failed")
@@ -465,12 +527,13 @@ def build_table(
             else:
                 cells.append(Cell("missing", note=f"no {m.ours} in record" if used else ""))
         paper = [_paper_cell(spec, row, m, papers, ptable) for m in spec.metrics]
+        used = row_used
         rows.append(
             RowResult(
                 spec=row,
                 used=used,
-                failed=failed,
-                running=running,
+                failed=[r for r in chosen if r.data.get("status") == "failed"],
+                running=[r for r in chosen if r.data.get("status") == "running"],
                 superseded=superseded,
                 corrupt=bad,
                 cells=cells,
@@ -491,6 +554,27 @@ def build_table(
         footnotes=_footnotes(spec, ptable, papers),
         corrupt_unplaced=unplaced,
     )
+
+
+def _mean_cell(m: MetricSpec, per_seed: Mapping[str, Mapping[Any, float]]) -> Cell:
+    """The mean of other columns, per seed, over the seeds that every component has."""
+    groups = [item if isinstance(item, list) else [item] for item in m.mean_of or []]
+    seeds = None
+    for label in (lab for g in groups for lab in g):
+        have = set(per_seed.get(label, {}))
+        seeds = have if seeds is None else seeds & have
+    if not seeds:
+        labels = [lab for g in groups for lab in g]
+        lacking = [lab for lab in labels if not per_seed.get(lab)]
+        if len(lacking) == len(labels):
+            return Cell("missing")
+        note = f"needs every column; none for {', '.join(lacking)}" if lacking else "no seed common to all columns"
+        return Cell("missing", note=note)
+    values = [
+        statistics.fmean(statistics.fmean(per_seed[lab][seed] for lab in g) for g in groups)
+        for seed in sorted(seeds, key=str)
+    ]
+    return Cell("ok", summarize(values))
 
 
 def _distinct(values: Iterable[Any]) -> list[str]:
