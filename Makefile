@@ -68,10 +68,10 @@ bench: $(STAMP) ## Run the performance benchmarks (ratios vs same-process baseli
 	$(BIN)/python benchmarks/run_all.py $(BENCH_ARGS)
 
 tables: $(STAMP) ## Rebuild every results table from the committed run records in results/runs (no training)
-	$(BIN)/attnlab-table table=all runs=$(PUBLISHED) out=results/
+	$(BIN)/attnlab-table table=all runs=$(PUBLISHED) out=results/ readme=README.md
 
 check-tables: $(STAMP) ## Fail unless every committed table is exactly what results/runs gives (CI runs this)
-	$(BIN)/attnlab-table table=all runs=$(PUBLISHED) out=results/ check=true
+	$(BIN)/attnlab-table table=all runs=$(PUBLISHED) out=results/ readme=README.md check=true
 
 publish-runs: $(STAMP) ## Copy the records of finished preset runs (RUNS=runs) into results/runs for committing
 	$(BIN)/python -m attnlab.results.publish $(RUNS) $(PUBLISHED)

@@ -97,3 +97,36 @@ reproduce-ut-table5: $(STAMP) ## UT Table 5: Learning to Execute memorization (c
 
 reproduce-ut-table6: $(STAMP) ## UT Table 6: Learning to Execute program evaluation (program/control/addition)
 	$(call reproduce,ut/table6)
+
+# Synthesizer Tables 4-5, the T5 path (README "T5-style path"): per attention row and seed, span-corruption
+# pre-training (synthesizer/t5/pretrain_<row>), then the GLUE (Table 4) or SuperGLUE (Table 5) mixture trained
+# from those weights (synthesizer/t5/multitask_<benchmark>_<row>, init_from = the pre-training's
+# checkpoints/last.ckpt). Pre-training runs go to fixed folders, $(T5_PRETRAIN_DIR)/synthesizer/t5/pretrain_<row>-s<seed>,
+# so the second multirun names each job's checkpoint (Hydra resolves ${pretrain_experiment} and ${seed} per job).
+# One pre-training per row and seed serves both tables: a finished one is skipped (ATTNLAB_SKIP_EXISTING), an
+# interrupted one resumes in its folder. SEEDS, SCALE, HARDWARE, LAUNCHER and ARGS apply to both steps.
+T5_PRETRAIN_DIR ?= $(RUNS)/t5_pretrain
+# $(call t5_rows,pretrain) -> synthesizer/t5/pretrain_dense,...,synthesizer/t5/pretrain_transformer
+t5_rows = $(subst $(repro_space),$(repro_comma),$(sort $(patsubst $(EXPERIMENT_CONF)/%.yaml,%,$(wildcard $(EXPERIMENT_CONF)/synthesizer/t5/$(1)_*.yaml))))
+
+# $(call reproduce_t5,<glue|superglue>,<table4|table5>): pre-train, train the mixture from it, build the table.
+define reproduce_t5
+	@test -n "$(call t5_rows,multitask_$(1))" || { echo "error: no presets $(EXPERIMENT_CONF)/synthesizer/t5/multitask_$(1)_*.yaml" >&2; exit 2; }
+	ATTNLAB_SKIP_EXISTING=1 $(BIN)/attnlab-train -m experiment=$(call t5_rows,pretrain) seed=$(SEEDS) \
+		scale=$(SCALE) hardware=$(HARDWARE) paths.runs_dir=$(RUNS) hydra.sweep.dir=$(T5_PRETRAIN_DIR) \
+		'hydra.sweep.subdir=$${experiment_name}-s$${seed}' $(if $(LAUNCHER),hydra/launcher=$(LAUNCHER)) $(ARGS)
+	ATTNLAB_SKIP_EXISTING=1 $(BIN)/attnlab-train -m experiment=$(call t5_rows,multitask_$(1)) seed=$(SEEDS) \
+		scale=$(SCALE) hardware=$(HARDWARE) paths.runs_dir=$(RUNS) \
+		'init_from=$(T5_PRETRAIN_DIR)/$${pretrain_experiment}-s$${seed}/checkpoints/last.ckpt' \
+		$(if $(LAUNCHER),hydra/launcher=$(LAUNCHER)) $(ARGS)
+	$(BIN)/python -m attnlab.results.publish $(RUNS) $(PUBLISHED) --only synthesizer/t5
+	$(foreach spec,$(call repro_specs,synthesizer/t5_$(2)),$(BIN)/attnlab-table table=$(spec) runs=$(PUBLISHED) out=$(TABLES_OUT) print=true &&) true
+endef
+
+.PHONY: reproduce-synthesizer-table4-t5 reproduce-synthesizer-table5-t5
+
+reproduce-synthesizer-table4-t5: $(STAMP) ## Synthesizer Table 4, T5 path: span-corruption pre-training, then the GLUE mixture from it
+	$(call reproduce_t5,glue,table4)
+
+reproduce-synthesizer-table5-t5: $(STAMP) ## Synthesizer Table 5, T5 path: the same pre-training, then the SuperGLUE mixture from it
+	$(call reproduce_t5,superglue,table5)

@@ -51,6 +51,14 @@ def compose(overrides: list[str] | None = None, *, run_dir: Path | None = None, 
     return cfg
 
 
+def task_cfg(option: str, data_root: Path | str, *extra: str) -> dict:
+    """The ``task`` section of ``task=<option>`` as a plain dict, reading data under ``data_root``."""
+    from omegaconf import OmegaConf
+
+    cfg = compose([f"task={option}", f"paths.data_root={data_root}", *extra])
+    return OmegaConf.to_container(cfg.task, resolve=True)
+
+
 def group_options(group: str) -> list[str]:
     """Every option of a config group, from the files (``task`` options include their family folder)."""
     root = CONF / group

@@ -21,7 +21,7 @@ def _run_cli(argv: list[str], capsys) -> tuple[int, str]:
 
 BAD_INPUTS = [
     (["model/attention=nonexistent"], "valid options of model/attention: "),
-    (["task=algo/nope"], "valid options of task/algo"),
+    (["task=algo/nope"], "valid options of task: algo/addition, algo/copy, algo/reverse"),
     (["hardware=tpu"], "valid options of hardware"),
     (["model.d_modl=64"], "model.d_modl"),
     (["trainer.max_step=3"], "trainer.max_step"),

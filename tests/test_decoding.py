@@ -62,3 +62,77 @@ def test_beam_search_scores_at_least_as_well_as_greedy():
 def test_gnmt_length_penalty():
     assert gnmt_length_penalty(1.0, 0.6) == 1.0
     assert abs(gnmt_length_penalty(10.0, 0.6) - (15 / 6) ** 0.6) < 1e-12
+
+
+# -- length penalties: GNMT and fairseq ----------------------------------------------------------------------
+def test_fairseq_length_penalty_hand_values():
+    from attnlab.decoding import fairseq_length_penalty, length_penalty_fn
+
+    assert fairseq_length_penalty(1.0, 0.6) == 1.0
+    assert fairseq_length_penalty(10.0, 1.0) == 10.0  # lenpen 1: the mean log-probability per token
+    assert abs(fairseq_length_penalty(10.0, 0.6) - 10**0.6) < 1e-12
+    assert fairseq_length_penalty(7.0, 0.0) == gnmt_length_penalty(7.0, 0.0) == 1.0
+    # the two differ: at L=10, alpha=0.6 GNMT divides by 2.5^0.6 = 1.73, fairseq by 10^0.6 = 3.98
+    assert abs(gnmt_length_penalty(10.0, 0.6) - 1.7329) < 1e-4
+    assert abs(fairseq_length_penalty(10.0, 0.6) - 3.9811) < 1e-4
+    assert length_penalty_fn("gnmt") is gnmt_length_penalty
+    assert length_penalty_fn("fairseq") is fairseq_length_penalty
+
+
+def test_unknown_length_penalty_is_one_clear_line():
+    import pytest
+
+    from attnlab.decoding import length_penalty_fn
+
+    with pytest.raises(ValueError, match=r"^length penalty 'wu' is not known; valid: gnmt, fairseq$"):
+        length_penalty_fn("wu")
+    with pytest.raises(ValueError, match="valid: gnmt, fairseq"):
+        beam_search(_model(), torch.randint(3, 12, (1, 4)), bos_id=1, eos_id=2, max_len=5, length_penalty="wu")
+
+
+def _brute_force_best(model, src, *, vocab: int, max_len: int, eos: int, penalty) -> list[int]:
+    """Every hypothesis that ends in EOS within max_len, scored log p / penalty(length incl. EOS)."""
+    import itertools
+
+    best, best_score = None, float("-inf")
+    others = [t for t in range(vocab) if t != eos]
+    for n in range(max_len):
+        for prefix in itertools.product(others, repeat=n):
+            hyp = [*prefix, eos]
+            score = _sequence_logprob(model, src, hyp) / penalty(float(len(hyp)))
+            if score > best_score:
+                best, best_score = hyp, score
+    return best
+
+
+def test_beam_search_with_fairseq_penalty_returns_the_brute_force_best():
+    from attnlab.decoding import fairseq_length_penalty
+
+    torch.manual_seed(4)  # a model whose best hypotheses under the two penalties differ (checked below)
+    vocab, max_len, alpha = 5, 4, 0.6
+    model = EncoderDecoder(CFG, src_vocab=vocab, tgt_vocab=vocab, pad_id=0, max_len=16).eval()
+    differs = 0
+    for i in range(6):
+        src = torch.randint(3, vocab, (1, 3 + i % 3))
+        # beam 64 = every live prefix (4 non-EOS tokens, 3 steps): the search is exhaustive up to max_len
+        beam = beam_search(model, src, bos_id=1, eos_id=2, max_len=max_len, beam_size=64, alpha=alpha,
+                           length_penalty="fairseq")[0].tolist()
+        beam = beam[: beam.index(2) + 1]
+        fairseq = _brute_force_best(model, src, vocab=vocab, max_len=max_len, eos=2,
+                                    penalty=lambda n: fairseq_length_penalty(n, alpha))
+        gnmt = _brute_force_best(model, src, vocab=vocab, max_len=max_len, eos=2,
+                                 penalty=lambda n: gnmt_length_penalty(n, alpha))
+        assert beam == fairseq, (i, beam, fairseq)
+        gnmt_beam = beam_search(model, src, bos_id=1, eos_id=2, max_len=max_len, beam_size=64, alpha=alpha)[0].tolist()
+        assert gnmt_beam[: gnmt_beam.index(2) + 1] == gnmt  # the default stays GNMT
+        differs += fairseq != gnmt
+    assert differs, "the sources chosen must tell the two penalties apart"
+
+
+def test_decoding_flavour_names_the_length_penalty():
+    from attnlab.tasks.translation import decoding_text
+
+    beam = {"strategy": "beam", "beam_size": 4, "length_penalty_alpha": 0.6, "max_len_a": 1.5, "max_len_b": 10}
+    assert "GNMT length penalty ((5+L)/6)^0.6" in decoding_text(beam)
+    assert "fairseq length penalty L^0.6 (--lenpen 0.6" in decoding_text({**beam, "length_penalty": "fairseq"})
+    assert "penalty" not in decoding_text({**beam, "strategy": "greedy"})

@@ -11,6 +11,8 @@ import yaml
 
 import attnlab
 from attnlab.attention import AttentionError, available, build_attention, get_entry, reorder_cache
+from attnlab.attention.masks import causal_allowed
+from attnlab.attention.recording import record_attention_weights
 
 from .conftest import D_MODEL, HEADS, MAX_LEN
 
@@ -185,3 +187,38 @@ def test_unknown_option_is_refused(name):
     with pytest.raises(AttentionError) as err:
         build_attention(name, d_model=D_MODEL, num_heads=HEADS, max_len=MAX_LEN, not_an_option=1)
     assert "\n" not in str(err.value) and "not_an_option" in str(err.value)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("name", NAMES)
+def test_recorded_weights_are_the_weights_the_output_used(make, name, causal):
+    """Every variant records its post-mask softmax weights (Synthesizer Figure 2), and they are exact:
+    rows sum to 1 over allowed keys, masked keys get 0, weights @ V through the value and output
+    projections is the output, and recording does not change the output."""
+    if causal and name not in CAUSAL:
+        pytest.skip("no causal form")
+    m = make(name, causal=causal)
+    lengths, n = [30, 23], 30
+    x = torch.randn(2, n, D_MODEL)
+    pad = torch.arange(n)[None] >= torch.tensor(lengths)[:, None]
+    normal = m(x, key_padding_mask=pad)
+    with record_attention_weights(m) as records:
+        recorded = m(x, key_padding_mask=pad)
+    assert len(records) == 1
+    record = records[0]
+    assert record.available, record.note
+    torch.testing.assert_close(recorded, normal, atol=1e-5, rtol=1e-5)
+    weights, allowed = record.dense()
+    assert weights.shape == (2, HEADS, n, n) and record.extra_keys == 0
+    real_rows = (~pad)[:, None, :, None].expand_as(weights)
+    may_see = (~pad)[:, None, None, :].expand_as(weights)  # padding keys are never attended
+    if causal:
+        may_see = may_see & causal_allowed(n, n)
+    assert (weights >= 0).all()
+    assert weights[real_rows & ~may_see].abs().max() == 0
+    assert weights[real_rows & ~allowed.expand_as(weights)].abs().max() == 0
+    sums = (weights * allowed).sum(-1)
+    torch.testing.assert_close(sums[real_rows[..., 0]], torch.ones(int(real_rows[..., 0].sum())))
+    values = m.split_heads(m.v_proj(x))
+    rebuilt = m.out_proj(m.merge_heads(weights @ values))
+    torch.testing.assert_close(rebuilt[~pad], normal[~pad], atol=1e-5, rtol=1e-5)

@@ -29,13 +29,17 @@ CASES = [
     ("train", ["model/attention=nonexistent"], "valid options of model/attention", True),
     ("train", ["trainer.max_stpes=3"], "trainer.max_stpes", False),
     ("train", ["resum=auto"], "resum", False),
-    ("train", ["task=algo/nope"], "valid options of task/algo", False),
+    ("train", ["task=algo/nope"], "valid options of task: algo/addition, algo/copy, algo/reverse", False),
+    ("train", ["task=nope"], "valid options of task: algo/addition, algo/copy", False),
+    ("train", ["task=superglue/multirx"], "valid options of task: superglue/boolq, superglue/cb", False),
     # wrong types and values
     ("train", ["model.d_model=wide"], "model.d_model", False),
     ("train", ["trainer.max_steps=1.5"], "trainer.max_steps", False),
     ("train", ["optim.lr=-1"], "optim.lr=-1 must be positive", False),
     ("train", ["hardware.precision=17"], "hardware.precision", False),
     ("train", ["resume=sometimes"], "valid: auto, never", False),
+    ("train", ["task.decoding.length_penalty=wu"], "task.decoding.length_penalty='wu' is not valid; valid: gnmt, "
+                                                    "fairseq", False),
     ("train", ["nan_policy=ignore"], "valid: stop, skip", False),
     ("train", ["max_skipped_batches=-1"], "non-negative integer", False),
     ("train", ["callbacks.checkpoint.every_n_steps=0"], "positive integer or null", False),
@@ -141,3 +145,56 @@ def test_bad_input_is_refused_with_one_clear_line(tool, args, fragment, subproce
     assert not results.exists() or not any(results.rglob("*")), "nothing may be written under results/"
     for partial in tmp_path.rglob("*.tmp*"):
         pytest.fail(f"partial file left behind: {partial}")
+
+
+# -- bad data files through the CLI: one line naming the file (and line), exit 2, and the run folder holds at
+# most a complete failed record (data is read after Hydra made the folder; nothing half-written, no checkpoint)
+GOOD_CB = '{"premise": "p", "hypothesis": "h", "label": "neutral"}\n'
+MT_EVAL = {f"multi30k/{name}.{lang}": "ein satz\n" if lang == "de" else "a sentence\n"
+           for name in ("val", "test_2016_flickr") for lang in ("en", "de")}
+DATA_CASES = {
+    "missing local file": ("lm/wikitext2", {}, ["wikitext2/wiki.train.tokens[.gz] not found under",
+                                                "set paths.data_root (or ATTNLAB_DATA_ROOT)"]),
+    "parallel line counts differ": ("mt/multi30k_en_de", {**MT_EVAL, "multi30k/train.en": "a\nb\nc\n",
+                                                          "multi30k/train.de": "x\ny\n"},
+                                    ["train.en has 3 segments", "train.de has 2",
+                                     "multi30k/train.en:3 is the first line"]),
+    "empty split": ("mt/multi30k_en_de", {**MT_EVAL, "multi30k/train.en": "", "multi30k/train.de": ""},
+                    ["split train is empty", "multi30k/train.en"]),
+    "undecodable bytes": ("mt/multi30k_en_de", {**MT_EVAL, "multi30k/train.en": b"good\nbad \xff byte\n",
+                                                "multi30k/train.de": "gut\nschlecht\n"},
+                          ["multi30k/train.en:2: not UTF-8"]),
+    "jsonl line that is not JSON": ("superglue/cb", {"superglue/CB/train.jsonl": GOOD_CB + "{not json\n",
+                                                     "superglue/CB/val.jsonl": GOOD_CB},
+                                    ["superglue/CB/train.jsonl:2: not JSON"]),
+    "label outside the label set": ("superglue/cb", {"superglue/CB/train.jsonl": GOOD_CB + GOOD_CB.replace(
+        "neutral", "maybe"), "superglue/CB/val.jsonl": GOOD_CB},
+        ["superglue/CB/train.jsonl:2: label 'maybe' is not one of ['entailment', 'contradiction', 'neutral']"]),
+}
+
+
+@pytest.mark.parametrize("case", list(DATA_CASES))
+def test_bad_data_file_is_one_line_naming_file_and_line(case, tmp_path, monkeypatch, capsys):
+    from attnlab.results.record import read_record
+
+    task, files, fragments = DATA_CASES[case]
+    root = tmp_path / "data"
+    root.mkdir()
+    for relative, content in files.items():
+        path = root / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(content if isinstance(content, bytes) else content.encode())
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("ATTNLAB_TOKENIZER_CACHE", str(tmp_path / "tok"))
+    run_dir = tmp_path / "run"
+    code, err = run_cli(train_main, [*TINY, f"task={task}", f"paths.data_root={root}", "logger=csv",
+                                     f"hydra.run.dir={run_dir}"], capsys)
+    assert code == 2, err
+    line = one_clear_line(err)
+    for fragment in fragments:
+        assert fragment in line, line
+    if run_dir.exists():
+        assert not (run_dir / "checkpoints").exists() and not (run_dir / "csv" / "metrics.csv").exists()
+        record = read_record(run_dir / "results.json")  # complete and valid, or this raises
+        assert record["status"] == "failed" and record["error"] in line
+    assert not list(tmp_path.rglob("*.tmp*")), "partial files left behind"

@@ -109,3 +109,22 @@ def test_table_sources_name_the_record_where_it_was_read(workspace, put_record, 
     cfg = _cfg(workspace, runs="results/runs", out="results")
     md = next(p for p in build_tables(cfg) if p.suffix == ".md").read_text()
     assert f"`results/runs/demo/copy/s0-{'ab' * 6}`" in md and "/elsewhere" not in md
+
+
+def test_readme_blocks_are_filled_by_make_tables_and_held_by_check(workspace, put_record):
+    put_record("a", experiment="demo/copy", seed=1)
+    publish_runs([workspace / "runs"], workspace / "results" / "runs")
+    readme = workspace / "README.md"
+    readme.write_text("intro\n<!-- attnlab-table: toy/t1 -->\nstale text\n<!-- /attnlab-table -->\nend\n")
+    build_tables(_cfg(workspace, readme=str(readme)))
+    text = readme.read_text()
+    assert text.startswith("intro\n<!-- attnlab-table: toy/t1 -->\n**Toy copy table**\n") and text.endswith("end\n")
+    assert "| Transformer |" in text and "stale text" not in text and "## Sources" not in text
+    assert "`results/toy/t1.md`" in text  # the block names the file with the sources
+    assert build_tables(_cfg(workspace, readme=str(readme), check=True)) == []
+
+    readme.write_text(text.replace("| Transformer |", "| Transformer (edited) |"))
+    with pytest.raises(TableError, match="README.md"):
+        build_tables(_cfg(workspace, readme=str(readme), check=True))
+    with pytest.raises(TableError, match="no such file"):
+        build_tables(_cfg(workspace, readme=str(workspace / "nope.md")))

@@ -360,3 +360,18 @@ def test_mean_of_must_name_ours_columns():
         spec_from_dict(bad, "toy/glue")
     with pytest.raises(SpecError, match="needs 'ours'.*or 'mean_of'"):
         spec_from_dict({**GLUE_LIKE, "metrics": [{"label": "x"}]}, "toy/glue")
+
+
+def test_caption_names_overrides_beyond_the_presets(workspace, put_record):
+    command = ("/x/attnlab-train -m experiment=ut/table4/a,ut/table4/b seed=1,2 scale=cpu hardware=cpu "
+               "paths.runs_dir=runs trainer.max_steps=800 ++task.at_scale.cpu.train_size=64")
+    put_record("a", command=command)
+    md = render_markdown(_build(workspace))
+    assert "Overrides beyond the presets: ++task.at_scale.cpu.train_size=64 trainer.max_steps=800." in md
+
+
+def test_scaled_paper_numbers_keep_their_published_precision():
+    from attnlab.results.table import PaperCell, fmt_paper
+
+    assert fmt_paper(PaperCell(value=float(f"{0.07 * 100:.12g}")), 1) == "7.0"
+    assert fmt_paper(PaperCell(value=27.675), 2) == "27.675"  # finer than ours: kept

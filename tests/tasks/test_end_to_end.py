@@ -83,3 +83,14 @@ def test_babi_reports_failed_tasks(option, tmp_path):
                              "task.at_scale.cpu.max_story_sentences=10"], root)
     final = record["metrics"]["final"]
     assert {"test/failed_tasks", "test/mean_error", "test/acc"} <= set(final)
+
+
+def test_run_record_names_the_length_penalty_used(tmp_path):
+    from tests.conftest import TINY_ALGO
+
+    cfg = compose([*TINY, *TINY_ALGO, "debug=fdr", "task=algo/copy", "task.decoding.strategy=beam",
+                   "task.decoding.beam_size=2", "task.decoding.length_penalty_alpha=1.0",
+                   "task.decoding.length_penalty=fairseq"], run_dir=tmp_path / "run")
+    record = run(cfg, run_dir=tmp_path / "run", command="pytest")
+    assert record["status"] == "completed" and "test/seq_acc" in record["metrics"]["final"]
+    assert "fairseq length penalty L^1.0" in record["metric_flavours"]["decoding"]

@@ -7,12 +7,11 @@ import time
 from pathlib import Path
 
 import pytest
-from omegaconf import OmegaConf
 
 from attnlab.tasks import DataError, build_task
 from attnlab.tasks.lra_bytes import BYTE_OFFSET, SEP_ID, read_aan_pairs
 from attnlab.tasks.sva import AttractorScorer, read_agreement_tsv
-from tests.conftest import compose
+from tests.conftest import compose, task_cfg
 
 
 @pytest.fixture(autouse=True)
@@ -20,10 +19,6 @@ def _offline_and_private_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
     monkeypatch.setenv("ATTNLAB_TOKENIZER_CACHE", str(tmp_path / "tokenizers"))
 
-
-def task_cfg(option: str, data_root: Path | str, *extra: str) -> dict:
-    cfg = compose([f"task={option}", f"paths.data_root={data_root}", *extra])
-    return OmegaConf.to_container(cfg.task, resolve=True)
 
 
 # -- subject-verb agreement -------------------------------------------------------------------------------

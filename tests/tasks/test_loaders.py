@@ -11,21 +11,9 @@ import pytest
 
 from attnlab.tasks import DataError, build_task
 from attnlab.tasks import sources as sources_module
+from attnlab.tasks.base import _load_families
 from attnlab.tasks.translation import load_pairs
-from tests.conftest import compose, require_shared_data
-
-
-@pytest.fixture(autouse=True)
-def _private_tokenizer_cache(tmp_path, monkeypatch):
-    # Never write tokenizers into ~/.cache or the shared data folder from tests.
-    monkeypatch.setenv("ATTNLAB_TOKENIZER_CACHE", str(tmp_path / "tokenizers"))
-
-
-def task_cfg(option: str, data_root: Path | str, *extra: str) -> dict:
-    from omegaconf import OmegaConf
-
-    cfg = compose([f"task={option}", f"paths.data_root={data_root}", *extra])
-    return OmegaConf.to_container(cfg.task, resolve=True)
+from tests.conftest import require_shared_data, task_cfg
 
 
 # -- local copies: counts from ../shared/data/README.md ------------------------------------------------
@@ -150,9 +138,12 @@ def _fake_hub(monkeypatch, splits: dict[str, list[dict]]):
     def fake(hub_id, config, *, local_hint):
         return splits
 
-    monkeypatch.setattr(sources_module, "load_hub_dataset", fake)
+    # Every loader module first: one first imported while sources is patched (build_task imports them all)
+    # would bind the fake for good, and later offline tests would see a hub that answers.
+    _load_families()
     for module in ("translation", "summarization", "text_lm", "glue"):
         monkeypatch.setattr(f"attnlab.tasks.{module}.load_hub_dataset", fake)
+    monkeypatch.setattr(sources_module, "load_hub_dataset", fake)
 
 
 def test_translation_hub_schemas(monkeypatch, tmp_path):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -61,6 +62,9 @@ class Attention(nn.Module):
 
     capabilities: ClassVar[Capabilities] = Capabilities()
     name: ClassVar[str] = ""
+    # Set on an instance only inside ``recording.record_attention_weights``; the class default keeps the
+    # normal path to one attribute check.
+    _weights_sink: Callable[[Any], None] | None = None
 
     def __init__(
         self,
@@ -85,6 +89,17 @@ class Attention(nn.Module):
         self.causal = causal
         self.dropout = dropout
         self.is_cross = cross
+
+    # -- attention-weight recording (``attnlab.attention.recording``) ------------------------------
+    @property
+    def recording_weights(self) -> bool:
+        """True inside ``record_attention_weights``: a self-attention forward without a cache must then
+        compute its post-mask softmax weights explicitly and pass them to ``emit_weights``."""
+        return self._weights_sink is not None
+
+    def emit_weights(self, record: Any) -> None:
+        if self._weights_sink is not None:
+            self._weights_sink(record)
 
     # -- helpers shared by variants -------------------------------------------------------------
     def split_heads(self, t: torch.Tensor) -> torch.Tensor:

@@ -15,11 +15,15 @@ from attnlab.attention.kernels.blocksparse_blocked import blocked_blocksparse_at
 from attnlab.attention.kernels.blocksparse_flex import flex_available, flex_blocksparse_attention
 from attnlab.attention.kernels.blocksparse_reference import (
     BlockSparsePlan,
+    GatheredWeights,
+    apply_gathered,
     attend_gathered,
     blocksparse_attention,
     blocksparse_attention_at,
+    gathered_probs,
 )
 from attnlab.attention.masks import build_allowed_mask
+from attnlab.attention.recording import AttentionWeights, WeightPart, emit_dense
 from attnlab.attention.registry import register_attention
 
 log = logging.getLogger(__name__)
@@ -255,7 +259,15 @@ class BigBirdAttention(Attention):
                 allowed = torch.ones(1, 1, 1, 1, 1, dtype=torch.bool, device=x.device)
             else:
                 allowed = allowed[:, :, None]
-            out = attend_gathered(q[:, :, None], k[:, :, None], v[:, :, None], allowed, scale, ek, ev)
+            if self.recording_weights:
+                probs = gathered_probs(q[:, :, None], k[:, :, None], allowed, scale, ek)
+                extra = 0 if ek is None else ek.shape[1]
+                mask = torch.cat([allowed.new_ones(*allowed.shape[:-1], extra), allowed], dim=-1)
+                emit_dense(self, probs[:, :, 0], mask[:, :, 0], key_padding_mask, extra_keys=extra,
+                           note="dense fallback")
+                out = apply_gathered(probs, v[:, :, None], ev)
+            else:
+                out = attend_gathered(q[:, :, None], k[:, :, None], v[:, :, None], allowed, scale, ek, ev)
             return self.out_proj(self.merge_heads(out[:, :, 0]))
         padded = self.num_blocks(length) * self.block_size
         extra = padded - length
@@ -266,7 +278,10 @@ class BigBirdAttention(Attention):
                 pad = torch.zeros(b, length, dtype=torch.bool, device=x.device)
             pad = F.pad(pad, (0, extra), value=True)
         plan = self.plan_for_length(length, x.device)
-        out = self._sparse_core(q, k, v, plan, pad, ek, ev, scale)
+        if self.recording_weights:
+            out = self._sparse_recorded(q, k, v, plan, pad, ek, ev, scale, length)
+        else:
+            out = self._sparse_core(q, k, v, plan, pad, ek, ev, scale)
         return self.out_proj(self.merge_heads(out[:, :, :length]))
 
     def kernel_for(self, device: torch.device, need_grad: bool) -> str:
@@ -291,6 +306,31 @@ class BigBirdAttention(Attention):
             return flex_blocksparse_attention(q, k, v, plan, key_padding_mask=pad, scale=scale)
         fn = blocked_blocksparse_attention if kernel == "blocked" else blocksparse_attention
         return fn(q, k, v, plan, key_padding_mask=pad, extra_k=ek, extra_v=ev, scale=scale)
+
+    def _sparse_recorded(self, q, k, v, plan, pad, ek, ev, scale, length):
+        """The reference kernel, keeping the per-block softmax weights it computes (recording only).
+
+        The record holds the weights of each query block over its gathered key blocks (and the dense
+        rows of global query blocks) as they were computed: no L x L matrix is formed here, and keys
+        outside the plan are simply absent (weight 0). ``AttentionWeights.dense()`` scatters them on request.
+        """
+        gathered: list[GatheredWeights] = []
+        out = blocksparse_attention(q, k, v, plan, key_padding_mask=pad, extra_k=ek, extra_v=ev, scale=scale,
+                                    weights=gathered)
+        b, padded = q.shape[0], q.shape[2]
+        real = torch.ones(b, padded, dtype=torch.bool, device=q.device) if pad is None else ~pad
+        extra = 0 if ek is None else ek.shape[1]
+        parts = [
+            WeightPart(probs=w.probs.detach().float(), allowed=w.allowed, real_queries=real[:, w.query_index],
+                       query_index=w.query_index, key_index=w.key_index)
+            for w in gathered
+        ]
+        self.emit_weights(AttentionWeights(
+            variant=self.name, causal=self.causal, layout="block_sparse", num_queries=length,
+            num_keys=extra + length, parts=parts, extra_keys=extra,
+            note=f"sparse path: per-block weights ({plan.num_blocks} blocks of {plan.block_size})",
+        ))
+        return out
 
     def _incremental(self, x, key_padding_mask, cache: Cache) -> torch.Tensor:
         if not self.causal:

@@ -29,6 +29,7 @@ from torch import nn
 from attnlab.attention._cache import append_padding, append_to_cache
 from attnlab.attention.base import Attention, AttentionError, Cache, Capabilities
 from attnlab.attention.masks import build_allowed_mask, mask_logits
+from attnlab.attention.recording import emit_dense
 
 SYNTH_FNS = ("dense", "linear", "conv3", "conv5", "bottleneck", "glu")
 COMPONENTS = ("dense", "factorized_dense", "random", "fixed_random", "factorized_random", "vanilla")
@@ -390,5 +391,7 @@ class SynthesizerAttention(Attention):
         )
         logits = mask_logits(logits.expand(b, self.num_heads, n, total), allowed)
         probs = torch.softmax(logits, dim=-1)
+        if self.recording_weights and cache is None:
+            emit_dense(self, probs, allowed, key_padding_mask)  # a mixture's weights: softmax of the mix
         probs = F.dropout(probs, p=self.dropout, training=self.training)
         return self.out_proj(self.merge_heads(probs @ v))

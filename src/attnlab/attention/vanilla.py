@@ -9,7 +9,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from attnlab.attention.base import Attention, Cache, Capabilities
-from attnlab.attention.masks import build_allowed_mask
+from attnlab.attention.masks import build_allowed_mask, mask_logits
+from attnlab.attention.recording import emit_dense
 from attnlab.attention.registry import register_attention
 
 
@@ -49,6 +50,21 @@ class DotProductAttention(Attention):
             q, k, v, attn_mask=allowed, dropout_p=self.dropout if self.training else 0.0, scale=scale
         )
 
+    def attend_recorded(self, q, k, v, allowed, key_padding_mask) -> torch.Tensor:
+        """``attend`` with the softmax written out, so its weights can be recorded (recording only: SDPA's
+        fused kernel never materialises them). Same scale, masking and dropout as ``attend``."""
+        scale = self.scale()
+        if isinstance(scale, torch.Tensor):
+            q = q * scale.to(q.dtype)
+            scale = 1.0
+        elif scale is None:
+            scale = self.head_dim**-0.5
+        logits = (q.float() @ k.float().transpose(-1, -2)) * scale
+        probs = torch.softmax(mask_logits(logits, allowed), dim=-1)
+        emit_dense(self, probs, allowed, key_padding_mask)
+        probs = F.dropout(probs, p=self.dropout, training=self.training)
+        return (probs @ v.float()).to(v.dtype)
+
     def forward(self, x, *args, **kwargs):
         if self.is_cross:
             return self._cross(x, *args, **kwargs)
@@ -76,6 +92,8 @@ class DotProductAttention(Attention):
             b, n, k.shape[2], key_padding_mask=key_padding_mask, causal=self.causal,
             query_offset=offset, device=x.device,
         )
+        if self.recording_weights and cache is None:
+            return self.out_proj(self.merge_heads(self.attend_recorded(q, k, v, allowed, key_padding_mask)))
         return self.out_proj(self.merge_heads(self.attend(q, k, v, allowed)))
 
     def _cross(self, x, memory, memory_padding_mask=None, cache: Cache | None = None) -> torch.Tensor:

@@ -45,6 +45,8 @@ def one_line(exc: BaseException) -> str:
     if missing:
         options = re.findall(r"^\t(\S+)$", text, flags=re.M)
         group = missing.group(1).rsplit("/", 1)[0]
+        if not options:  # options in family folders (task=mt/...): Hydra lists none, so list the files
+            group, options = _options_in_folders(missing.group(1))
         valid = ", ".join(options) if options else "see conf/" + group
         return f"unknown option '{missing.group(1)}'; valid options of {group}: {valid}"
     struct = re.search(r"Could not override '([^']+)'.*?Key '([^']+)' is not in struct", text, flags=re.S)
@@ -56,6 +58,25 @@ def one_line(exc: BaseException) -> str:
         return text.splitlines()[0] + " (misspelled key?)"
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
     return lines[0] if lines else exc.__class__.__name__
+
+
+def _options_in_folders(name: str) -> tuple[str, list[str]]:
+    """(group, options) for an unknown ``group/folder/.../option``: the options under the deepest folder of the
+    name that exists, written as the user writes them after ``group=`` (``task=superglue/nope`` lists
+    ``superglue/boolq, ...``; ``task=nope`` lists every task)."""
+    from pathlib import Path
+
+    import attnlab.conf
+
+    conf = Path(attnlab.conf.__file__).parent
+    group, *folders = name.split("/")[:-1] or [name]
+    root = conf / group
+    base = root
+    for folder in folders:
+        if not (base / folder).is_dir():
+            break
+        base = base / folder
+    return group, sorted(str(p.relative_to(root).with_suffix("")) for p in base.rglob("*.yaml"))
 
 
 def fail(message: str, code: int = 2) -> None:

@@ -11,6 +11,7 @@ A thin ``@hydra.main`` over :func:`build_tables`, which tests call directly. Err
 
 from __future__ import annotations
 
+import re
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -97,6 +98,12 @@ def build_tables(cfg: Mapping[str, Any] | DictConfig) -> list[Path]:
         built = build_table(spec, records, papers, corrupt)
         built_all.append(built)
         files.update(render_all(built, cfg.get("out") or "results/", plot=bool(cfg.get("plot", True))))
+    readme = Path(cfg["readme"]) if cfg.get("readme") else None
+    if readme is not None:
+        if not readme.is_file():
+            raise TableError(f"readme={readme}: no such file (it names the file whose table blocks to fill)")
+        text = readme.read_text(encoding="utf-8")
+        files[readme] = fill_readme_tables(text, {b.spec.name: b for b in built_all}, where=str(readme)).encode()
     if cfg.get("check"):
         stale = check_tables(files, Path(cfg.get("out") or "results/"), find_orphans=table == "all")
         if stale:
@@ -116,6 +123,31 @@ def build_tables(cfg: Mapping[str, Any] | DictConfig) -> list[Path]:
 
 
 TABLE_SUFFIXES = (".md", ".csv", ".tex", ".png")
+README_BLOCK = re.compile(r"(<!-- attnlab-table: (\S+) -->\n)(.*?)(<!-- /attnlab-table -->)", re.S)
+
+
+def readme_block(built) -> str:
+    """A generated table as it appears inside README.md: title, caption, table and footnotes (the Sources
+    list, with its long paths, stays in results/<paper>/<table>.md, which the block names)."""
+    md = render_markdown(built).split("\n## Sources")[0].rstrip("\n").splitlines()
+    title = md[0].removeprefix("# ")
+    return "\n".join([f"**{title}**", *md[1:], "", f"Sources (run record and command of every number): "
+                      f"`results/{built.spec.name}.md`.", ""])
+
+
+def fill_readme_tables(text: str, built: Mapping[str, Any], where: str = "README.md") -> str:
+    """Replace every ``<!-- attnlab-table: <spec> -->`` ... ``<!-- /attnlab-table -->`` block of ``text``
+    with that spec's generated table; blocks of specs not built in this call stay as they are."""
+    def fill(m: re.Match) -> str:
+        name = m.group(2)
+        if name not in built:
+            return m.group(0)
+        return m.group(1) + readme_block(built[name]) + m.group(4)
+
+    for m in README_BLOCK.finditer(text):
+        if m.group(2) not in built and "/" not in m.group(2):
+            raise TableError(f"{where}: table block names {m.group(2)!r}, not a <paper>/<table> spec")
+    return README_BLOCK.sub(fill, text)
 
 
 def check_tables(files: Mapping[Path, bytes], out: Path, find_orphans: bool) -> list[str]:
@@ -124,7 +156,8 @@ def check_tables(files: Mapping[Path, bytes], out: Path, find_orphans: bool) -> 
     differ = sorted(str(p) for p, content in files.items() if not p.is_file() or p.read_bytes() != content)
     if find_orphans:
         expected = {p.resolve() for p in files}
-        paper_dirs = sorted({p.parent for p in files})  # results/bench and results/runs are not tables
+        # Only the folders tables go to: results/bench, results/runs and README.md's folder hold other files.
+        paper_dirs = sorted({p.parent for p in files if out.resolve() in p.resolve().parents})
         for path in sorted(q for d in paper_dirs for q in d.glob("*")):
             if path.suffix in TABLE_SUFFIXES and path.resolve() not in expected:
                 differ.append(f"{path} (no spec generates it)")

@@ -1,5 +1,13 @@
 """Greedy and beam search over any encoder-decoder with incremental caches."""
 
-from attnlab.decoding.search import beam_search, gnmt_length_penalty, greedy_decode
+from attnlab.decoding.search import (
+    LENGTH_PENALTIES,
+    beam_search,
+    fairseq_length_penalty,
+    gnmt_length_penalty,
+    greedy_decode,
+    length_penalty_fn,
+)
 
-__all__ = ["beam_search", "gnmt_length_penalty", "greedy_decode"]
+__all__ = ["LENGTH_PENALTIES", "beam_search", "fairseq_length_penalty", "gnmt_length_penalty", "greedy_decode",
+           "length_penalty_fn"]

@@ -17,6 +17,21 @@ def gnmt_length_penalty(length: torch.Tensor | float, alpha: float) -> torch.Ten
     return ((5.0 + length) / 6.0) ** alpha
 
 
+def fairseq_length_penalty(length: torch.Tensor | float, alpha: float) -> torch.Tensor | float:
+    """L ** alpha: fairseq's ``--lenpen`` (a finished hypothesis scores sum log p / L^lenpen, L counting EOS)."""
+    return length**alpha
+
+
+LENGTH_PENALTIES = {"gnmt": gnmt_length_penalty, "fairseq": fairseq_length_penalty}
+
+
+def length_penalty_fn(name: str):
+    """The penalty function called ``name``; one clear line for anything else."""
+    if name not in LENGTH_PENALTIES:
+        raise ValueError(f"length penalty {name!r} is not known; valid: {', '.join(LENGTH_PENALTIES)}")
+    return LENGTH_PENALTIES[name]
+
+
 @torch.no_grad()
 def greedy_decode(model, src: torch.Tensor, *, bos_id: int, eos_id: int, max_len: int, use_cache: bool = True):
     """Greedy decoding; returns (batch, <= max_len) ids, EOS included where produced, padded with EOS."""
@@ -48,13 +63,17 @@ def beam_search(
     beam_size: int = 4,
     alpha: float = 0.6,
     use_cache: bool = True,
+    length_penalty: str = "gnmt",
 ):
-    """Beam search with the GNMT length penalty; returns the best hypothesis per source, (batch, <= max_len).
+    """Beam search with a length penalty; returns the best hypothesis per source, (batch, <= max_len).
 
-    Finished hypotheses are kept aside with score log p / lp(length); search stops when every source has
-    ``beam_size`` finished hypotheses that no live beam can beat (the penalty only grows with length
-    for alpha >= 0, so a live beam's best possible final score is its current log p / lp(max_len)).
+    ``length_penalty``: ``gnmt`` (((5+L)/6)^alpha, Wu et al. 2016; T2T / the papers) or ``fairseq``
+    (L^alpha, fairseq's ``--lenpen``); L is the hypothesis length including its EOS. Finished hypotheses are
+    kept aside with score log p / lp(length); search stops when every source has ``beam_size`` finished
+    hypotheses that no live beam can beat (both penalties only grow with length for alpha >= 0, so a live
+    beam's best possible final score is its current log p / lp(max_len)).
     """
+    lp_fn = length_penalty_fn(length_penalty)
     batch, device = src.shape[0], src.device
     memory, memory_padding, _ = model.encode(src)
     k = beam_size
@@ -76,7 +95,7 @@ def beam_search(
         new_scores = torch.full((batch, k), float("-inf"), device=device)
         new_src = torch.zeros(batch, k, dtype=torch.long, device=device)
         new_tok = torch.full((batch, k), eos_id, dtype=torch.long, device=device)
-        lp = gnmt_length_penalty(float(step), alpha)
+        lp = lp_fn(float(step), alpha)
         for b in range(batch):
             filled = 0
             for j in range(2 * k):
@@ -101,7 +120,7 @@ def beam_search(
         scores = new_scores
         if cache is not None:
             reorder_cache(cache, flat_src)
-        best_possible = scores.max(dim=1).values / gnmt_length_penalty(float(max_len), alpha)
+        best_possible = scores.max(dim=1).values / lp_fn(float(max_len), alpha)
         if all(
             len(finished[b]) >= k and float(best_possible[b]) <= finished[b][-1][0] for b in range(batch)
         ):

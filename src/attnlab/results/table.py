@@ -456,7 +456,7 @@ def _paper_cell(
     if value is None:
         return PaperCell(kind="null", confidence=conf)
     if isinstance(value, (int, float)) and not isinstance(value, bool) and m.paper_scale != 1:
-        value = value * m.paper_scale
+        value = float(f"{value * m.paper_scale:.12g}")  # 0.07 x 100 is 7.000000000000001 in binary
     return PaperCell(value=value, confidence=conf)
 
 
@@ -581,6 +581,22 @@ def _distinct(values: Iterable[Any]) -> list[str]:
     return sorted({str(v) for v in values if v is not None})
 
 
+# Command-line keys that pick the row, the seed, the scale, the hardware or where things go: every table
+# varies or states these already, so the caption lists only the other overrides (e.g. trainer.max_steps=800).
+_ROW_KEYS_IN_COMMANDS = ("experiment", "seed", "scale", "hardware", "paths.", "hydra", "logger", "+logger")
+
+
+def _extra_overrides(command: Any) -> list[str]:
+    if not isinstance(command, str):
+        return []
+    out = []
+    for token in command.split():
+        key = token.split("=", 1)[0].lstrip("+~")
+        if "=" in token and not token.startswith("-") and not key.startswith(_ROW_KEYS_IN_COMMANDS):
+            out.append(token)
+    return out
+
+
 def _caption(spec: TableSpec, rows: list[RowResult], ptable: PaperTable | None, papers: PaperTables) -> str:
     used = [r for row in rows for r in row.used]
     parts = []
@@ -617,6 +633,9 @@ def _caption(spec: TableSpec, rows: list[RowResult], ptable: PaperTable | None, 
     )
     if commits:
         parts.append(f"Git: {', '.join(commits)}.")
+    extra = _distinct(o for r in used for o in _extra_overrides(r.data.get("command")))
+    if extra:
+        parts.append(f"Overrides beyond the presets: {' '.join(extra)}.")
     hw = _distinct(get_field(r.data, "hardware.name") for r in used)
     if hw:
         parts.append(f"Hardware: {', '.join(hw)}.")

@@ -72,9 +72,11 @@ def _load_families() -> None:
         listops,
         lra_bytes,
         lte,
+        span_corruption,
         summarization,
         sva,
         text_lm,
+        text_to_text,
         translation,
     )
 

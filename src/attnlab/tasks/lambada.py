@@ -12,6 +12,7 @@ are never <unk>. Evaluation passages (dev 4869, test 5153; the original plain-te
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import torch
@@ -23,6 +24,8 @@ from attnlab.tasks.sources import find_file, read_lines, resolve_data_root
 from attnlab.tasks.text_lm import BlockDataset, _first_words
 from attnlab.tasks.tokenization import build_tokenizer
 from attnlab.tasks.vocab import SPECIALS
+
+log = logging.getLogger("attnlab")
 
 
 class PassageDataset(Dataset):
@@ -49,7 +52,7 @@ def passage_item(tok, passage: str, block_len: int, eos: int) -> dict[str, list[
     if not any(mask):
         raise DataError(f"the last word of a LAMBADA passage produced no tokens: {text[-40:]!r}")
     ids, mask = ids[-(block_len + 1):], mask[-(block_len + 1):]
-    return {"ids": ids, "mask": mask}
+    return {"ids": ids, "mask": mask, "cut": len(enc.ids) + 1 > block_len + 1}
 
 
 @register_task_family("lambada")
@@ -76,13 +79,20 @@ def load_lambada(cfg: dict[str, Any], seed: int) -> TaskData:
             ids = ids[: int(limit) + 1]
         datasets[split] = BlockDataset(torch.tensor(ids, dtype=torch.long), block)
     eval_splits = {}
+    cuts = [f"LM corpus {split} {datasets[split].unused_targets} targets after the last whole block unused"
+            for split in corpus]
     for prefix, rel in cfg["eval_files"].items():
         passages = [p for p in read_lines(find_file(root, rel)) if p.strip()]
         if cfg.get("max_eval_passages"):
             passages = passages[: int(cfg["max_eval_passages"])]
         if not passages:
             raise DataError(f"{rel}: no passages")
-        datasets[prefix] = PassageDataset([passage_item(tok, p, block, eos) for p in passages])
+        items = [passage_item(tok, p, block, eos) for p in passages]
+        cut = sum(item.pop("cut") for item in items)
+        cuts.append(f"{prefix} {cut} of {len(items)} passages")
+        if cut:
+            log.warning("LAMBADA %s: %d of %d passages cut to their last %d tokens", prefix, cut, len(items), block)
+        datasets[prefix] = PassageDataset(items)
         eval_splits[prefix] = prefix
     corpus_name = cfg.get("lm_corpus_name", "the configured corpus")
     return TaskData(
@@ -103,6 +113,8 @@ def load_lambada(cfg: dict[str, Any], seed: int) -> TaskData:
             "ppl": "per-subword perplexity over every passage token (val: over the LM corpus blocks)",
             "lm_corpus": f"LM trained on {corpus_name}, NOT the LAMBADA novels (not local); lower-cased BPE "
                          f"{tok.get_vocab_size()}; contexts cut to the last {block} tokens",
+            "truncation": f"passage contexts cut to their last {block} tokens (the target word always kept): "
+                          + ", ".join(cuts),
         },
         train_lengths=[block] * 10,
         detokenize=lambda ids: tok.decode(ids),

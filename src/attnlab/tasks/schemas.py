@@ -151,6 +151,10 @@ class GlueTask(CommonTask):
     tokenizer_cache: Any = None
     max_seq_len: int = 128
     max_train_examples: Any = None
+    max_eval_examples: Any = None                   # cap per evaluation split (multirc/record: whole groups)
+    # classify: one label per example | multirc: binary per answer option, EM per question + F1a |
+    # record: candidate-entity scoring, argmax per query, max-over-gold F1 / EM
+    scheme: str = "classify"
 
 
 @dataclass
@@ -213,11 +217,58 @@ class LraBytesTask(CommonTask):
     seed_split: int = 0
 
 
+
+@dataclass
+class SpanCorruptionTask(CommonTask):
+    """T5 span-corruption pre-training (tasks/span_corruption.py)."""
+
+    data_root: str = "data"
+    source: str = "hub"               # hub (C4, streamed) | local (one document per line)
+    files: dict = field(default_factory=dict)       # {train, val, test}: local text files
+    hub_id: Any = None
+    hub_config: Any = None
+    hub_splits: dict = field(default_factory=lambda: {"train": "train", "val": "validation", "test": "validation"})
+    hub_text_field: str = "text"
+    max_train_documents: Any = None   # documents read (a streamed hub corpus needs a number)
+    max_eval_documents: Any = None    # per evaluation split
+    noise_density: float = 0.15       # T5: 15% of the tokens are noise
+    mean_noise_span_length: float = 3.0
+    input_length: int = 512           # inputs after corruption, EOS included (T5: 512 -> chunks of 568, targets 114)
+    masks_per_chunk: int = 1          # differently corrupted copies of each training chunk per epoch
+    max_train_chunks: Any = None
+    max_eval_chunks: Any = None
+    eval_seed: int = 0                # masks of the evaluation splits (the same for every run)
+    vocabulary: dict = field(default_factory=dict)  # shared with the text-to-text tasks (see text_to_text.py)
+    tokenizer_cache: Any = None
+    stand_in: Any = None
+
+
+@dataclass
+class TextToTextTask(CommonTask):
+    """GLUE / SuperGLUE tasks in T5's text-to-text form, one task or a mixture (tasks/text_to_text.py)."""
+
+    data_root: str = "data"
+    benchmark: str = "glue"           # names the average: test/<benchmark>_average
+    members: dict = field(default_factory=dict)     # {short name: a glue/superglue task config}
+    tasks: Any = None                 # the members to use (null: all)
+    skip_unavailable: bool = True     # hub-only members are skipped (and listed) when the hub is unreachable
+    mixing: dict = field(default_factory=lambda: {"temperature": 1.0, "cap": None, "epoch_examples": None,
+                                                  "seed": None})
+    vocabulary: dict = field(default_factory=dict)
+    tokenizer_cache: Any = None
+    input_length: int = 512           # inputs cut to input_length - 1 tokens + EOS (T5: 512)
+    target_length: int = 16           # label words are a few tokens; longer targets are an error
+    max_val_examples: Any = None      # per member, for validation during training
+    max_eval_examples: Any = None     # per member evaluation split (test/*)
+    note: Any = None                  # what the mixture leaves out of the paper's benchmark (metric_flavours.coverage)
+
+
 _SCHEMAS = {"algorithmic": AlgorithmicTask, "listops": ListOpsTask, "text_lm": TextLMTask,
             "translation": TranslationTask, "summarization": SummarizationTask, "dialogue": DialogueTask,
             "babi": BabiTask, "glue": GlueTask,
             "lambada": LambadaTask, "lte": LteTask, "sva": SvaTask, "lra_text": LraBytesTask,
-            "lra_retrieval": LraBytesTask}
+            "lra_retrieval": LraBytesTask, "span_corruption": SpanCorruptionTask,
+            "text_to_text": TextToTextTask}
 
 
 def task_schema(loader: str) -> type:

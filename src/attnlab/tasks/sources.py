@@ -70,6 +70,11 @@ def read_segments(path: Path) -> list[str]:
 
 def read_jsonl(path: Path) -> list[dict]:
     """One JSON object per line; a line that is not a JSON object is reported with its number."""
+    return [row for _, row in read_jsonl_numbered(path)]
+
+
+def read_jsonl_numbered(path: Path) -> list[tuple[int, dict]]:
+    """(line number, object) per non-blank line, so later checks can name the line of a bad record."""
     rows = []
     for number, line in enumerate(read_lines(path), 1):
         if not line.strip():
@@ -80,7 +85,7 @@ def read_jsonl(path: Path) -> list[dict]:
             raise DataError(f"{path}:{number}: not JSON ({exc.msg})") from None
         if not isinstance(row, dict):
             raise DataError(f"{path}:{number}: expected a JSON object, got {type(row).__name__}")
-        rows.append(row)
+        rows.append((number, row))
     return rows
 
 

@@ -11,6 +11,7 @@ sliding-window context), natural log, without extra context at block starts.
 
 from __future__ import annotations
 
+import logging
 import re
 from collections import Counter
 from typing import Any
@@ -27,6 +28,8 @@ from attnlab.tasks.vocab import SPECIALS
 
 EOS_WORD = "<eos>"
 
+log = logging.getLogger("attnlab")
+
 
 class BlockDataset(Dataset):
     """Contiguous blocks of ``block_len + 1`` ids (input and shifted target), stride ``block_len``."""
@@ -34,6 +37,8 @@ class BlockDataset(Dataset):
     def __init__(self, stream: torch.Tensor, block_len: int, flags: torch.Tensor | None = None) -> None:
         self.stream, self.block_len, self.flags = stream, block_len, flags
         self.count = max(0, (len(stream) - 1) // block_len)
+        # targets after the last whole block: never trained on or scored (counted in the run record)
+        self.unused_targets = max(0, len(stream) - 1) - self.count * block_len
 
     def __len__(self) -> int:
         return self.count
@@ -100,7 +105,7 @@ def load_text_lm(cfg: dict[str, Any], seed: int) -> TaskData:
     else:
         raise DataError(f"task.tokenizer.kind={kind!r}; valid: word, bpe")
     pad = tok.token_to_id(SPECIALS[0])
-    datasets = {}
+    datasets, cuts = {}, []
     for split, split_lines in lines.items():
         # Subword evaluation splits also mark the token that opens each whitespace word (and each line end),
         # so word-level perplexity divides by exactly the word-level token count.
@@ -120,10 +125,15 @@ def load_text_lm(cfg: dict[str, Any], seed: int) -> TaskData:
             ids, flags = ids[: int(limit) + 1], flags[: int(limit) + 1]
         stream = torch.tensor(ids, dtype=torch.long)
         datasets[split] = BlockDataset(stream, cfg["block_len"], torch.tensor(flags) if mark else None)
+        cut = f"{split}: " + (f"capped at max_{split}_tokens={limit} (its first {len(ids)} tokens), " if limit else "")
+        cuts.append(cut + f"{datasets[split].unused_targets} of {max(0, len(ids) - 1)} targets after the last "
+                          f"whole block unused")
+        log.info("%s: %s", cfg["name"], cuts[-1])
     flavours = {
         "ppl": f"perplexity per {unit} incl. the line end, exp of mean natural-log NLL, "
         f"non-overlapping blocks of {cfg['block_len']}" + (" (word-level ppl)" if kind == "word" else ""),
     }
+    flavours["truncation"] = f"non-overlapping blocks of {cfg['block_len']} targets; " + "; ".join(cuts)
     if kind == "bpe":
         flavours["word_ppl"] = ("word-level perplexity: exp(total NLL of the subwords / words), words = "
                                 "whitespace words + one per line end; comparable with word-level ppl")

@@ -75,8 +75,11 @@ def _local_pairs(spec: dict[str, Any], root, name: str) -> list[tuple[str, str]]
     else:
         raise DataError(f"task.{name}.format={fmt!r}; valid: lines, sgm")
     if len(src) != len(tgt):
+        longer = paths[0] if len(src) > len(tgt) else paths[1]
+        unit = "line" if fmt == "lines" else "segment"
         raise DataError(f"parallel files differ in length: {paths[0]} has {len(src)} segments, "
-                        f"{paths[1]} has {len(tgt)}")
+                        f"{paths[1]} has {len(tgt)}; {longer}:{min(len(src), len(tgt)) + 1} is the first {unit} "
+                        f"without a partner")
     if not src:
         raise DataError(f"split {name} is empty: {paths[0]}")
     return list(zip(src, tgt))
@@ -151,7 +154,8 @@ def text_seq2seq_task(cfg: dict[str, Any], split_pairs: dict[str, list[tuple[str
     """
     train = split_pairs["train"]
     kept = [(s, t) for s, t in train if s and t]
-    if len(kept) < len(train):
+    dropped_empty = len(train) - len(kept)
+    if dropped_empty:
         log.info("%s: dropped %d of %d training pairs with an empty side", cfg["name"], len(train) - len(kept),
                  len(train))
     train = kept[: cfg["max_train_pairs"]] if cfg.get("max_train_pairs") else kept
@@ -172,7 +176,7 @@ def text_seq2seq_task(cfg: dict[str, Any], split_pairs: dict[str, list[tuple[str
     src_tok = tgt_tok if joint else build_tokenizer(kind, [x for x, _ in train], **common)
 
     limits = (int(cfg.get("max_src_len") or 0), int(cfg.get("max_tgt_len") or 0))
-    datasets = {}
+    datasets, truncation = {}, []
     for split, pairs in split_pairs.items():
         src_ids = encode_all(src_tok, [s for s, _ in pairs])
         tgt_ids = encode_all(tgt_tok, [y for _, y in pairs])
@@ -190,6 +194,12 @@ def text_seq2seq_task(cfg: dict[str, Any], split_pairs: dict[str, list[tuple[str
         if cut:
             log.warning("%s: truncated %d of %d %s pairs to max_src_len=%d / max_tgt_len=%d tokens",
                         cfg["name"], cut, len(pairs), split, *limits)
+        if split == "train":
+            truncation.append(f"train {cut} of {len(pairs)} pairs cut (source or target)")
+        elif truncate_eval_src:
+            truncation.append(f"{split} {cut} of {len(pairs)} sources cut")
+        else:
+            truncation.append(f"{split} not cut")
         datasets[split] = IndexedDataset(list(zip(src_ids, tgt_ids)))
 
     dec = cfg.get("decoding") or {}
@@ -200,10 +210,13 @@ def text_seq2seq_task(cfg: dict[str, Any], split_pairs: dict[str, list[tuple[str
 
     flavours = {
         **flavours,
-        "decoding": _decoding_text(dec),
+        "decoding": decoding_text(dec),
         "tokenizer": f"joint {kind} vocabulary of {tgt_tok.get_vocab_size()} trained on the training text"
         if joint else f"separate {kind} vocabularies ({src_tok.get_vocab_size()} / {tgt_tok.get_vocab_size()})",
         "char_acc/seq_acc": "token-level accuracy of the decoded ids against the tokenized reference",
+        "truncation": f"max_src_len={limits[0] or 'none'} / max_tgt_len={limits[1] or 'none'} tokens: "
+                      + "; ".join(truncation) + " (references are the raw text, never cut)"
+                      + (f"; {dropped_empty} training pairs with an empty side dropped" if dropped_empty else ""),
     }
     if cfg.get("stand_in"):
         flavours["data"] = f"STAND-IN: {cfg['stand_in']}"
@@ -243,9 +256,17 @@ class _Post:
         return self.post(self.detok(ids))
 
 
-def _decoding_text(dec: dict[str, Any]) -> str:
+def decoding_text(dec: dict[str, Any]) -> str:
+    """How hypotheses were decoded, for ``metric_flavours.decoding`` (names the length penalty used)."""
     if dec.get("strategy", "greedy") == "beam":
         alpha = dec.get("length_penalty_alpha", 0.6)
-        return (f"beam {dec.get('beam_size', 4)}, GNMT length penalty ((5+L)/6)^{alpha}, "
+        kind = dec.get("length_penalty", "gnmt")
+        if kind == "fairseq":
+            penalty = f"fairseq length penalty L^{alpha} (--lenpen {alpha}; L counts EOS)"
+        elif kind == "gnmt":
+            penalty = f"GNMT length penalty ((5+L)/6)^{alpha}"
+        else:
+            raise DataError(f"task.decoding.length_penalty={kind!r} is not valid; valid: gnmt, fairseq")
+        return (f"beam {dec.get('beam_size', 4)}, {penalty}, "
                 f"max length {dec.get('max_len_a', 1.0)}*src+{dec.get('max_len_b', 10)}")
     return f"greedy, max length {dec.get('max_len_a', 1.0)}*src+{dec.get('max_len_b', 10)}"

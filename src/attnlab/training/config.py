@@ -102,6 +102,7 @@ class DecodingSchema:
     max_len_a: float
     max_len_b: int
     decode_in_validation: bool
+    length_penalty: str = "gnmt"    # gnmt: ((5+L)/6)^alpha (the papers) | fairseq: L^alpha (--lenpen)
 
 
 @dataclass
@@ -109,6 +110,16 @@ class LoggerSchema:
     csv: Any = None
     wandb: Any = None
     tensorboard: Any = None
+
+
+@dataclass
+class CallbacksSchema:
+    checkpoint: Any = None
+    lr_monitor: bool = False
+    ponder_stats: Any = None
+    mfu: bool = False
+    record_attention: bool = False  # attention-weight histograms at the end of training (attention_record.py)
+    record_attention_sample_size: int = 8
 
 
 @dataclass
@@ -130,11 +141,12 @@ CHOICES = {
     "optim.optimizer": ("adam", "adamw"),
     "optim.schedule": ("inverse_sqrt", "cosine", "constant"),
     "task.decoding.strategy": ("greedy", "beam"),
+    "task.decoding.length_penalty": ("gnmt", "fairseq"),
 }
 
 POSITIVE = ("model.d_model", "model.num_heads", "model.d_ff", "hardware.devices", "hardware.num_nodes",
             "hardware.max_batch_per_device", "batch.sentences_per_update", "batch.eval_batch_size",
-            "batch.tokens_per_update",
+            "batch.tokens_per_update", "callbacks.record_attention_sample_size",
             "trainer.log_every_n_steps", "trainer.val_check_interval", "optim.lr")
 NON_NEGATIVE = ("model.encoder_layers", "model.random_position_offset", "model.decoder_layers", "optim.warmup_steps",
                 "hardware.num_workers", "optim.weight_decay", "optim.grad_clip", "trainer.num_sanity_val_steps")
@@ -188,6 +200,7 @@ def validate(cfg: DictConfig) -> None:
     _check(cfg.trainer, TrainerSchema, "trainer")
     _check(cfg.batch, BatchSchema, "batch")
     _check(cfg.logger, LoggerSchema, "logger")
+    _check(cfg.callbacks, CallbacksSchema, "callbacks")
     if cfg.logger.get("wandb") is not None:
         _check(cfg.logger.wandb, WandbSchema, "logger.wandb")
     if "decoding" in cfg.task:

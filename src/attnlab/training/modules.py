@@ -172,8 +172,10 @@ class Seq2SeqModule(TaskModule):
         max_len = int(e["max_len_a"] * src.shape[1] + e["max_len_b"])
         max_len = min(max_len, self.model_cfg["max_len"] - 1)
         if e["strategy"] == "beam":
+            # .get: checkpoints written before the fairseq option have no length_penalty key (GNMT then)
             return beam_search(self.model, src, bos_id=t["bos_id"], eos_id=t["eos_id"], max_len=max_len,
-                               beam_size=e["beam_size"], alpha=e["length_penalty_alpha"])
+                               beam_size=e["beam_size"], alpha=e["length_penalty_alpha"],
+                               length_penalty=e.get("length_penalty", "gnmt"))
         return greedy_decode(self.model, src, bos_id=t["bos_id"], eos_id=t["eos_id"], max_len=max_len)
 
     def validation_step(self, batch, batch_idx):
@@ -326,7 +328,13 @@ class ClassificationModule(TaskModule):
         logits, _ = self.model(batch["ids"])
         predictions = logits.argmax(-1)
         self.test_acc[dataloader_idx].update(predictions, batch["label"])
-        self.collect_outputs(batch, predictions.tolist(), dataloader_idx)
+        outputs = predictions.tolist()
+        if getattr(self.text_scorer, "needs_scores", False):
+            # Ranking inputs against each other (ReCoRD candidates): log p(positive class). A raw logit is not
+            # comparable across inputs, since adding a constant to both logits leaves the prediction unchanged.
+            positive = logits.float().log_softmax(-1)[:, 1]
+            outputs = list(zip(outputs, positive.tolist()))
+        self.collect_outputs(batch, outputs, dataloader_idx)
 
     def on_test_epoch_end(self):
         for idx, metric in enumerate(self.test_acc):

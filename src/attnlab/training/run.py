@@ -165,9 +165,20 @@ def task_info(task: TaskData) -> dict[str, Any]:
 
 def decoding_config(cfg: DictConfig) -> dict[str, Any]:
     dec = cfg.task.get("decoding")
-    defaults = {"strategy": "greedy", "beam_size": 4, "length_penalty_alpha": 0.6, "max_len_a": 1.0,
-                "max_len_b": 10, "decode_in_validation": True}
+    defaults = {"strategy": "greedy", "beam_size": 4, "length_penalty_alpha": 0.6, "length_penalty": "gnmt",
+                "max_len_a": 1.0, "max_len_b": 10, "decode_in_validation": True}
     return {**defaults, **(OmegaConf.to_container(dec, resolve=True) if dec else {})}
+
+
+def run_flavours(cfg: DictConfig, task: TaskData) -> dict[str, Any]:
+    """The task's metric flavours; a seq2seq task that does not describe its decoding gets the decoding the
+    module actually used (strategy, beam, which length penalty)."""
+    from attnlab.tasks.translation import decoding_text
+
+    flavours = dict(task.metric_flavours)
+    if task.kind == "seq2seq":
+        flavours.setdefault("decoding", decoding_text(decoding_config(cfg)))
+    return flavours
 
 
 def build_module(cfg: DictConfig, task: TaskData | None = None) -> TaskModule:
@@ -340,6 +351,10 @@ def build_callbacks(cfg: DictConfig, run_dir: Path) -> list:
         callbacks.append(MFUCallback(log_every=cfg.trainer.log_every_n_steps))
     if c.get("ponder_stats") and cfg.model.recurrence.name.endswith("act"):
         callbacks.append(PonderStats(str(run_dir), sample_size=c.ponder_stats.sample_size))
+    if c.get("record_attention"):
+        from attnlab.training.attention_record import AttentionWeightsHistogram
+
+        callbacks.append(AttentionWeightsHistogram(str(run_dir), sample_size=c.get("record_attention_sample_size", 8)))
     return callbacks
 
 
@@ -429,7 +444,9 @@ def peak_memory_mb(device: torch.device | None = None) -> float | None:
 
 
 # -- the run -----------------------------------------------------------------------------------------
-HASH_EXCLUDE_EXTRA = ("resume",)  # how a run restarts is not what it computes (ckpt_path is excluded already)
+# How a run restarts is not what it computes (ckpt_path is excluded already); recording attention weights
+# reads the trained model after training, so turning it on changes no number (and no existing hash).
+HASH_EXCLUDE_EXTRA = ("resume", "record_attention*")
 STORAGE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM)
 
 
@@ -446,6 +463,9 @@ def run(cfg: DictConfig, *, run_dir: str | os.PathLike | None = None, command: s
     apply_scale(cfg, cli_overrides)
     validate(cfg)
     check_resume_config(cfg)
+    # The hash of the config as asked for: the build below fills in values found in the data (max_len,
+    # QKNorm's g0, ...), and a rerun must find this record by the hash it computes before that.
+    asked_hash = _safe_hash(cfg)
     done = _completed_twin(cfg)
     if done is not None:
         return done
@@ -491,7 +511,7 @@ def run(cfg: DictConfig, *, run_dir: str | os.PathLike | None = None, command: s
                                f"records already on disk are intact (written atomically)") from exc
         raise
     except Preempted as exc:
-        _write_interrupted_record(cfg, run_dir, command, trainer, module, callbacks, task, started, exc)
+        _write_interrupted_record(cfg, run_dir, command, trainer, module, callbacks, task, started, exc, asked_hash)
         raise
     except SystemExit as exc:
         from lightning.pytorch.utilities.exceptions import SIGTERMException
@@ -501,10 +521,12 @@ def run(cfg: DictConfig, *, run_dir: str | os.PathLike | None = None, command: s
         # SIGTERM while testing: training is over and its checkpoint saved; a rerun only tests again.
         ckpt = last.path if last is not None and last.path.is_file() else None
         preempted = Preempted(signal.SIGTERM, trainer.global_step, str(ckpt) if ckpt else None)
-        _write_interrupted_record(cfg, run_dir, command, trainer, module, callbacks, task, started, preempted)
+        _write_interrupted_record(cfg, run_dir, command, trainer, module, callbacks, task, started, preempted,
+                                  asked_hash)
         raise preempted from None
 
-    record = _record(cfg, run_dir, command, trainer, module, callbacks, task, started, status="completed")
+    record = _record(cfg, run_dir, command, trainer, module, callbacks, task, started, status="completed",
+                     config_hash=asked_hash)
     if resume_path is not None:
         record["extra"]["resumed_from"] = str(Path(resume_path).resolve())
     if trainer.is_global_zero:
@@ -516,17 +538,14 @@ def run(cfg: DictConfig, *, run_dir: str | os.PathLike | None = None, command: s
 
 
 def _record(cfg: DictConfig, run_dir: Path, command: str | None, trainer: L.Trainer, module: TaskModule,
-            callbacks: list, task: TaskData, started: float, *, status: str) -> dict[str, Any]:
-    from attnlab.results.record import config_hash
+            callbacks: list, task: TaskData, started: float, *, status: str,
+            config_hash: str | None) -> dict[str, Any]:
 
     throughput = next(c for c in callbacks if isinstance(c, Throughput))
     best = next(c for c in callbacks if isinstance(c, BestMetrics))
     guard = next(c for c in callbacks if isinstance(c, NonFiniteGuard))
     params = count_parameters(module.model)
     wandb_id = next((lg.experiment.id for lg in trainer.loggers if lg.__class__.__name__ == "WandbLogger"), None)
-    plain = OmegaConf.to_container(cfg, resolve=True)
-    from attnlab.results.record import DEFAULT_HASH_EXCLUDE
-
     return {
         "schema_version": 1,
         "status": status,
@@ -538,7 +557,7 @@ def _record(cfg: DictConfig, run_dir: Path, command: str | None, trainer: L.Trai
                   "recurrence": cfg.model.recurrence.name},
         "seed": int(cfg.seed),
         "scale": cfg.scale.name,
-        "config_hash": config_hash(plain, exclude=(*DEFAULT_HASH_EXCLUDE, *HASH_EXCLUDE_EXTRA)),
+        "config_hash": config_hash,
         "git": git_state(),
         "hardware": {"name": cfg.hardware.name, "accelerator": cfg.hardware.accelerator,
                      "devices": cfg.hardware.devices, "num_nodes": cfg.hardware.num_nodes,
@@ -547,7 +566,7 @@ def _record(cfg: DictConfig, run_dir: Path, command: str | None, trainer: L.Trai
         "params": params,
         "cost": {"wall_s": round(time.time() - started, 2), "tokens_per_s": throughput.average_tokens_per_s(),
                  "peak_mem_mb": peak_memory_mb(module.device), "steps": trainer.global_step},
-        "metric_flavours": dict(task.metric_flavours),
+        "metric_flavours": run_flavours(cfg, task),
         "wandb_run_id": wandb_id,
         "run_dir": str(run_dir.resolve()),
         "command": command or " ".join(sys.argv),
@@ -559,13 +578,14 @@ def _record(cfg: DictConfig, run_dir: Path, command: str | None, trainer: L.Trai
 
 
 def _write_interrupted_record(cfg, run_dir, command, trainer, module, callbacks, task, started,
-                              exc: Preempted) -> None:
+                              exc: Preempted, config_hash: str | None) -> None:
     """A ``running`` record: the run is unfinished, its checkpoint is on disk, and a rerun resumes it."""
     from attnlab.results.record import write_record
 
     if not trainer.is_global_zero:
         return
-    record = _record(cfg, run_dir, command, trainer, module, callbacks, task, started, status="running")
+    record = _record(cfg, run_dir, command, trainer, module, callbacks, task, started, status="running",
+                     config_hash=config_hash)
     record["extra"]["preempted"] = {"signal": signal.Signals(exc.signum).name, "step": exc.step,
                                     "checkpoint": exc.checkpoint}
     write_record(run_dir / "results.json", record)

@@ -53,6 +53,32 @@ class BlockSparsePlan:
         return m
 
 
+def gathered_probs(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    allowed: torch.Tensor,
+    scale: float,
+    extra_k: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """The softmax weights of ``attend_gathered``: (B, H, R, Q, E + Kn), the E extra keys first."""
+    s = torch.einsum("bhrqd,bhrkd->bhrqk", q, k) * scale
+    s = s.masked_fill(~allowed, torch.finfo(s.dtype).min)
+    if extra_k is None:
+        return torch.softmax(s, dim=-1)
+    se = torch.einsum("bhrqd,hed->bhrqe", q, extra_k.to(q.dtype)) * scale
+    return torch.softmax(torch.cat([se, s], dim=-1), dim=-1)
+
+
+def apply_gathered(p: torch.Tensor, v: torch.Tensor, extra_v: torch.Tensor | None = None) -> torch.Tensor:
+    """Weights from ``gathered_probs`` applied to the gathered values (and the extra keys' values)."""
+    if extra_v is None:
+        return torch.einsum("bhrqk,bhrkd->bhrqd", p, v)
+    e = extra_v.shape[1]
+    return torch.einsum("bhrqe,hed->bhrqd", p[..., :e], extra_v.to(v.dtype)) + torch.einsum(
+        "bhrqk,bhrkd->bhrqd", p[..., e:], v
+    )
+
+
 def attend_gathered(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -68,16 +94,27 @@ def attend_gathered(
     extra_k, extra_v (H, E, Dh): keys every query may see (ETC global tokens), shared across the batch.
     Returns (B, H, R, Q, Dh).
     """
-    s = torch.einsum("bhrqd,bhrkd->bhrqk", q, k) * scale
-    s = s.masked_fill(~allowed, torch.finfo(s.dtype).min)
-    if extra_k is None:
-        return torch.einsum("bhrqk,bhrkd->bhrqd", torch.softmax(s, dim=-1), v)
-    e = extra_k.shape[1]
-    se = torch.einsum("bhrqd,hed->bhrqe", q, extra_k.to(q.dtype)) * scale
-    p = torch.softmax(torch.cat([se, s], dim=-1), dim=-1)
-    return torch.einsum("bhrqe,hed->bhrqd", p[..., :e], extra_v.to(v.dtype)) + torch.einsum(
-        "bhrqk,bhrkd->bhrqd", p[..., e:], v
-    )
+    return apply_gathered(gathered_probs(q, k, allowed, scale, extra_k), v, extra_v)
+
+
+@dataclass(frozen=True)
+class GatheredWeights:
+    """The softmax weights a block-sparse call computed, for recording (``blocksparse_attention(...,
+    weights=[])``): ``probs`` (B, H, Q, E + K) of the query positions ``query_index`` (Q,) over the key
+    columns ``key_index`` (Q or 1, E + K): columns 0..E-1 are the extra keys, column E + j key position j.
+    ``allowed`` (bool, broadcastable to probs) is the mask the softmax used; filler entries are False."""
+
+    probs: torch.Tensor
+    allowed: torch.Tensor
+    query_index: torch.Tensor
+    key_index: torch.Tensor
+
+
+def _with_extra_columns(allowed: torch.Tensor, extra: int) -> torch.Tensor:
+    if not extra:
+        return allowed
+    shape = (*allowed.shape[:-1], extra)
+    return torch.cat([torch.ones(shape, dtype=torch.bool, device=allowed.device), allowed], dim=-1)
 
 
 def _gather_blocks(t: torch.Tensor, index: torch.Tensor, block_size: int) -> torch.Tensor:
@@ -98,9 +135,13 @@ def blocksparse_attention(
     extra_k: torch.Tensor | None = None,
     extra_v: torch.Tensor | None = None,
     scale: float | None = None,
+    weights: list[GatheredWeights] | None = None,
 ) -> torch.Tensor:
     """Attention restricted to the plan. q, k, v (B, H, nb*bs, Dh); key_padding_mask (B, nb*bs) True at
-    padding. Returns (B, H, nb*bs, Dh). No attention dropout (the official sparse path has none)."""
+    padding. Returns (B, H, nb*bs, Dh). No attention dropout (the official sparse path has none).
+
+    With ``weights`` (a list), the softmax weights of the sparse rows and of the dense rows are appended
+    to it as ``GatheredWeights``, exactly as computed (for attention-weight recording)."""
     b, h, length, d = q.shape
     bs, nb = plan.block_size, plan.num_blocks
     if length != nb * bs:
@@ -124,11 +165,19 @@ def blocksparse_attention(
         if key_padding_mask is not None:
             pad = key_padding_mask.view(b, nb, bs)[:, idx].reshape(b, r, kk * bs)
             allowed = allowed & ~pad[:, None, :, None, :]
-        o = attend_gathered(
-            qb[:, :, rows], _gather_blocks(k, idx, bs), _gather_blocks(v, idx, bs), allowed, scale,
-            extra_k, extra_v,
-        )
-        out = out.index_copy(2, rows, o)
+        p = gathered_probs(qb[:, :, rows], _gather_blocks(k, idx, bs), allowed, scale, extra_k)
+        out = out.index_copy(2, rows, apply_gathered(p, _gather_blocks(v, idx, bs), extra_v))
+        if weights is not None:
+            e = 0 if extra_k is None else extra_k.shape[1]
+            key_cols = (idx[:, :, None] * bs + offs).reshape(r, kk * bs) + e
+            key_cols = torch.cat([torch.arange(e, device=dev).expand(r, e), key_cols], dim=1)
+            mask = _with_extra_columns(allowed.expand(-1, -1, -1, bs, -1), e)
+            weights.append(GatheredWeights(
+                probs=p.reshape(b, h, r * bs, e + kk * bs),
+                allowed=mask.reshape(mask.shape[0], 1, r * bs, e + kk * bs),
+                query_index=(rows[:, None] * bs + offs).reshape(-1),
+                key_index=key_cols.repeat_interleave(bs, dim=0),
+            ))
 
     dense = plan.dense_rows
     if dense.numel():
@@ -140,8 +189,18 @@ def blocksparse_attention(
             allowed = allowed & (torch.arange(length, device=dev) <= q_pos)
         if key_padding_mask is not None:
             allowed = allowed & ~key_padding_mask[:, None, None, None, :]
-        o = attend_gathered(qd, k[:, :, None], v[:, :, None], allowed, scale, extra_k, extra_v)
+        p = gathered_probs(qd, k[:, :, None], allowed, scale, extra_k)
+        o = apply_gathered(p, v[:, :, None], extra_v)
         out = out.index_copy(2, dense, o.view(b, h, g, bs, d))
+        if weights is not None:
+            e = 0 if extra_k is None else extra_k.shape[1]
+            mask = _with_extra_columns(allowed.expand(-1, -1, -1, g * bs, -1), e)
+            weights.append(GatheredWeights(
+                probs=p.reshape(b, h, g * bs, e + length),
+                allowed=mask.reshape(mask.shape[0], 1, g * bs, e + length),
+                query_index=(dense[:, None] * bs + offs).reshape(-1),
+                key_index=torch.arange(e + length, device=dev)[None],
+            ))
     return out.view(b, h, length, d)
 
 
