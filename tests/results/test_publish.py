@@ -37,14 +37,22 @@ def test_publish_copies_record_config_and_artifacts_but_no_checkpoints(workspace
     assert not again[0].changed  # the same run publishes the same bytes
 
 
-def test_publish_skips_debug_ad_hoc_failed_and_other_tables(workspace, put_record):
+def test_publish_skips_debug_ad_hoc_running_and_other_tables(workspace, put_record):
     put_record("debug", experiment="ut/table4/ut_copy", extra={"debug": "fdr"})
     put_record("adhoc", experiment=None)
-    put_record("failed", experiment="ut/table4/ut_copy", status="failed", error="boom")
+    put_record("running", experiment="ut/table4/ut_copy", status="running", seed=3)
     put_record("other", experiment="lra/table1/transformer_listops")
     put_record("wanted", experiment="ut/table4/ut_copy", seed=1)
+    put_record("failed", experiment="ut/table4/ut_copy", status="failed", error="hub only: offline", seed=2)
     published = publish_runs([workspace / "runs"], workspace / "results" / "runs", only=["ut/table4"])
-    assert [p.source.parent.name for p in published] == ["wanted"]
+    assert sorted(p.source.parent.name for p in published) == ["failed", "wanted"]  # a table shows why it failed
+
+
+def test_publish_prefers_the_completed_run_of_a_config_and_seed(workspace, put_record):
+    put_record("done", experiment="demo/copy", created="2025-01-01T00:00:00+00:00")
+    put_record("crashed", experiment="demo/copy", status="failed", error="boom", created="2025-02-01T00:00:00+00:00")
+    (published,) = publish_runs([workspace / "runs"], workspace / "results" / "runs")
+    assert published.source.parent.name == "done"
 
 
 def test_publish_keeps_the_newer_of_two_runs_of_one_config_and_seed(workspace, put_record):

@@ -1,7 +1,7 @@
 """Publishing run records: copy the small files of finished runs into ``results/runs`` for committing.
 
 A run folder under ``runs/`` holds checkpoints and logs (megabytes to gigabytes); a committed table needs
-only what its numbers came from. ``publish_runs`` copies, for every completed run of a paper preset
+only what its numbers came from. ``publish_runs`` copies, for every completed or failed run of a paper preset
 (``experiment`` set, not a debug run), the record and the resolved config, plus the small artifacts
 that notebooks read, into ``results/runs/<experiment>/s<seed>-<config hash>/``:
 
@@ -36,6 +36,11 @@ PUBLISHED_DIRS = ("ponder", "attention")
 MAX_ARTIFACT_BYTES = 2_000_000
 
 
+# Completed runs carry the numbers; failed ones are published too, so a table built from results/ shows
+# "failed (why)" (a hub-only dataset offline, say) rather than a bare "missing". Running ones are transient.
+_STATUS_RANK = {"completed": 0, "failed": 1}
+
+
 class PublishError(Exception):
     """A record that cannot be published; the message is one line."""
 
@@ -56,12 +61,18 @@ def destination_for(record: dict, dest_root: Path) -> Path:
 
 
 def _publishable(data: object, only: tuple[str, ...]) -> bool:
-    if not isinstance(data, dict) or data.get("status") != "completed" or validate_record(data):
+    if not isinstance(data, dict) or data.get("status") not in _STATUS_RANK or validate_record(data):
         return False
     experiment = data.get("experiment")
     if not experiment or (data.get("extra") or {}).get("debug"):
         return False
     return not only or any(experiment == o or experiment.startswith(o.rstrip("/") + "/") for o in only)
+
+
+def _preference(record: dict) -> tuple[int, str]:
+    """Smaller is preferred: completed before failed, then the newest."""
+    created = str(record.get("created") or "")
+    return _STATUS_RANK[record["status"]], "".join(chr(0x10FFFF - ord(c)) for c in created)
 
 
 def _artifacts(run_dir: Path) -> dict[str, bytes]:
@@ -105,8 +116,8 @@ def publish_runs(
             continue
         dest = destination_for(data, dest_root)
         if dest in seen:
-            # Two runs of one config and seed: keep the newer (the same rule the table applies).
-            if str(load_json(seen[dest]).get("created")) >= str(data.get("created")):
+            # Two runs of one config and seed: keep the completed one, then the newer (as the table chooses).
+            if _preference(load_json(seen[dest])) <= _preference(data):
                 continue
             plan = [p for p in plan if p[1] != dest]
         seen[dest] = path
