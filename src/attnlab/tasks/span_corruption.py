@@ -206,6 +206,15 @@ class SharedVocabulary:
     def size(self) -> int:
         return self.tokenizer.get_vocab_size()
 
+    def seq2seq_task(self, datasets: dict[str, Dataset], **fields: Any) -> TaskData:
+        """A seq2seq TaskData over this vocabulary (source and target share it, as in T5); ``fields`` are the
+        task's own (max_len, flavours, lengths, scoring...)."""
+        ids = Vocab([])
+        return TaskData(kind="seq2seq", datasets=datasets,
+                        collate=IndexedSeq2SeqCollate(ids.pad_id, ids.bos_id, ids.eos_id),
+                        vocab_size=self.size, src_vocab_size=self.size, pad_id=ids.pad_id, bos_id=ids.bos_id,
+                        eos_id=ids.eos_id, eval_splits={"test": "test"}, **fields)
+
 
 VOCABULARY_KEYS = {"kind", "vocab_size", "lowercase", "min_frequency", "sentinels", "corpus"}
 CORPUS_KEYS = {"source", "files", "hub_id", "hub_config", "hub_splits", "hub_text_field", "max_documents", "note"}
@@ -351,20 +360,11 @@ def load_span_corruption(cfg: dict[str, Any], seed: int) -> TaskData:
     }
     if cfg.get("stand_in"):
         flavours["data"] = f"STAND-IN: {cfg['stand_in']}"
-    ids = Vocab([])
     counts = ", ".join(f"{k} {len(v)} chunks ({tokens[k]} tokens)" for k, v in datasets.items())
     sample = datasets["train"]
-    return TaskData(
-        kind="seq2seq",
-        datasets=datasets,
-        collate=IndexedSeq2SeqCollate(ids.pad_id, ids.bos_id, ids.eos_id),
-        vocab_size=vocab.size,
-        src_vocab_size=vocab.size,
-        pad_id=ids.pad_id,
-        bos_id=ids.bos_id,
-        eos_id=ids.eos_id,
+    return vocab.seq2seq_task(
+        datasets,
         max_len=max(int(cfg["input_length"]), targets_length + 1),
-        eval_splits={"test": "test"},
         metric_flavours=flavours,
         train_lengths=[len(sample[i][0]) + 1 for i in range(min(len(sample), 256))],
         detokenize=Detokenizer(vocab.tokenizer),

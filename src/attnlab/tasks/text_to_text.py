@@ -53,11 +53,10 @@ from torchmetrics.functional.classification import multiclass_f1_score, multicla
 
 from attnlab.metrics.classification import METRICS, classification_scores
 from attnlab.tasks.base import DataError, TaskData, register_task_family
-from attnlab.tasks.batching import IndexedDataset, IndexedSeq2SeqCollate
+from attnlab.tasks.batching import IndexedDataset
 from attnlab.tasks.sources import hub_reachable
 from attnlab.tasks.span_corruption import shared_vocabulary
 from attnlab.tasks.tokenization import UNK_ESCAPE, Detokenizer, encode_all
-from attnlab.tasks.vocab import Vocab
 
 log = logging.getLogger("attnlab")
 
@@ -472,18 +471,9 @@ def load_text_to_text(cfg: dict[str, Any], seed: int) -> TaskData:
     if notes:
         flavours["data"] = "STAND-IN: " + "; ".join(notes)
     log.info("%s: mixture %s", cfg["name"], flavours["mixing"])
-    ids = Vocab([])
-    return TaskData(
-        kind="seq2seq",
-        datasets=datasets,
-        collate=IndexedSeq2SeqCollate(ids.pad_id, ids.bos_id, ids.eos_id),
-        vocab_size=vocab.size,
-        src_vocab_size=vocab.size,
-        pad_id=ids.pad_id,
-        bos_id=ids.bos_id,
-        eos_id=ids.eos_id,
+    return vocab.seq2seq_task(
+        datasets,
         max_len=max(longest_src + 1, longest_tgt + 2),
-        eval_splits={"test": "test"},
         metric_flavours=flavours,
         train_lengths=[len(s) + 1 for v in train.values() for s, _ in v[:500]],
         detokenize=detok,
