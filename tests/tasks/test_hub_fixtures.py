@@ -16,12 +16,9 @@ import pytest
 from omegaconf import OmegaConf
 
 from attnlab.tasks import build_task
-from attnlab.tasks import sources as sources_module
-from attnlab.tasks.base import _load_families
 from tests.conftest import compose
+from tests.tasks.fake_hub import serve_hub
 from tests.tasks.task_inventory import TASK_OPTIONS, data_needs, task_config
-
-LOADER_MODULES = ("glue", "text_lm", "lra_bytes", "translation", "summarization", "sva")
 
 # Hub-only tasks with a test of their own (module::function), in the hub's row schema unless said otherwise.
 DEDICATED = {
@@ -116,21 +113,6 @@ GENERIC = sorted(o for o, t in HUB_ONLY.items() if o not in DEDICATED and o not 
                  and t["loader"] in BUILDERS and t.get("scheme", "classify") == "classify")
 
 
-def serve(monkeypatch, splits: dict[str, list[dict]]) -> list[tuple]:
-    asked: list[tuple] = []
-
-    def fake(hub_id, config, *, local_hint):
-        asked.append((hub_id, config))
-        return splits
-
-    # every loader module first: one imported while sources is patched (build_task imports them all) would
-    # keep the fake for good
-    _load_families()
-    for module in LOADER_MODULES:
-        monkeypatch.setattr(f"attnlab.tasks.{module}.load_hub_dataset", fake)
-    monkeypatch.setattr(sources_module, "load_hub_dataset", fake)
-    monkeypatch.setattr("attnlab.tasks.text_to_text.hub_reachable", lambda *a, **k: True)
-    return asked
 
 
 @pytest.mark.parametrize("option", GENERIC)
@@ -138,7 +120,7 @@ def test_hub_only_task_loads_from_hub_schema_fixture(option, tmp_path, monkeypat
     root = tmp_path / "data"
     root.mkdir()
     task = HUB_ONLY[option]
-    asked = serve(monkeypatch, BUILDERS[task["loader"]](task, root))
+    asked = serve_hub(monkeypatch, BUILDERS[task["loader"]](task, root))
     cfg = OmegaConf.to_container(compose([f"task={option}", f"paths.data_root={root}"]).task, resolve=True)
     for node in (cfg, *(cfg.get("members") or {}).values()):  # small vocabularies: fixtures have few words
         for key in ("tokenizer", "vocabulary"):

@@ -10,10 +10,9 @@ from pathlib import Path
 import pytest
 
 from attnlab.tasks import DataError, build_task
-from attnlab.tasks import sources as sources_module
-from attnlab.tasks.base import _load_families
 from attnlab.tasks.translation import load_pairs
 from tests.conftest import require_shared_data, task_cfg
+from tests.tasks.fake_hub import serve_hub
 
 
 # -- local copies: counts from ../shared/data/README.md ------------------------------------------------
@@ -134,21 +133,11 @@ def test_paper_scale_mt_training_is_hub_and_fails_fast(option, tmp_path):
         build_task(cfg, 0)
 
 
-def _fake_hub(monkeypatch, splits: dict[str, list[dict]]):
-    def fake(hub_id, config, *, local_hint):
-        return splits
-
-    # Every loader module first: one first imported while sources is patched (build_task imports them all)
-    # would bind the fake for good, and later offline tests would see a hub that answers.
-    _load_families()
-    for module in ("translation", "summarization", "text_lm", "glue"):
-        monkeypatch.setattr(f"attnlab.tasks.{module}.load_hub_dataset", fake)
-    monkeypatch.setattr(sources_module, "load_hub_dataset", fake)
 
 
 def test_translation_hub_schemas(monkeypatch, tmp_path):
     rows = [{"translation": {"de": f"ein haus {i}", "en": f"a house {i}"}} for i in range(30)]
-    _fake_hub(monkeypatch, {"train": rows, "validation": rows[:4], "test": rows[:5]})
+    serve_hub(monkeypatch, {"train": rows, "validation": rows[:4], "test": rows[:5]})
     cfg = task_cfg("mt/iwslt14_de_en", tmp_path, "scale=paper", "task.tokenizer.vocab_size=60")
     cfg["val"] = cfg["test"] = {"source": "hub", "hub_id": "x", "hub_split": "test", "hub_schema": "translation"}
     data = build_task(cfg, 0)
@@ -157,7 +146,7 @@ def test_translation_hub_schemas(monkeypatch, tmp_path):
     ted = [{"translations": {"language": ["en", "sk", "gl"], "translation": [f"a talk {i}", f"prednaska {i}", "x"]}}
            for i in range(20)] + [{"translations": {"language": ["en"], "translation": ["alone"]}},
                                   {"translations": {"language": ["en", "sk"], "translation": ["__NULL__", "y"]}}]
-    _fake_hub(monkeypatch, {"train": ted, "validation": ted[:3], "test": ted[:4]})
+    serve_hub(monkeypatch, {"train": ted, "validation": ted[:3], "test": ted[:4]})
     data = build_task(task_cfg("mt/ted_sk_en", tmp_path, "task.tokenizer.vocab_size=60"), 0)
     assert len(data.datasets["train"]) == 20  # the one-sided and __NULL__ rows are dropped
     assert data.references["test"] == [f"a talk {i}" for i in range(4)]
@@ -166,7 +155,7 @@ def test_translation_hub_schemas(monkeypatch, tmp_path):
 def test_cnn_dailymail_loader_on_hub_schema_fixture(monkeypatch, tmp_path):
     rows = [{"id": str(i), "article": f"The council met on day {i} .\nIt voted on the budget {i} .",
              "highlights": f"Council met on day {i} .\nBudget vote {i} ."} for i in range(24)]
-    _fake_hub(monkeypatch, {"train": rows, "validation": rows[:4], "test": rows[:6]})
+    serve_hub(monkeypatch, {"train": rows, "validation": rows[:4], "test": rows[:6]})
     data = build_task(task_cfg("sum/cnn_dailymail", tmp_path, "task.tokenizer.vocab_size=80"), 0)
     assert data.references["test"][0] == "Council met on day 0 .\nBudget vote 0 ."
     ids = data.datasets["test"][0][1]
@@ -177,12 +166,12 @@ def test_cnn_dailymail_loader_on_hub_schema_fixture(monkeypatch, tmp_path):
 
 def test_glue_hub_labels_are_indices(monkeypatch, tmp_path):
     rows = [{"question1": f"q {i}", "question2": f"p {i}", "label": i % 2} for i in range(10)]
-    _fake_hub(monkeypatch, {"train": rows, "validation": rows[:4]})
+    serve_hub(monkeypatch, {"train": rows, "validation": rows[:4]})
     data = build_task(task_cfg("glue/qqp", tmp_path, "task.tokenizer.vocab_size=50",
                                "task.tokenizer.min_frequency=1"), 0)
     assert data.references["val"] == [0, 1, 0, 1]
     bad = [{"question1": "q", "question2": "p", "label": 5}]
-    _fake_hub(monkeypatch, {"train": bad, "validation": bad})
+    serve_hub(monkeypatch, {"train": bad, "validation": bad})
     with pytest.raises(DataError, match="label 5 outside"):
         build_task(task_cfg("glue/qqp", tmp_path), 0)
 

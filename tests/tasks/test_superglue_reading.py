@@ -17,26 +17,8 @@ from attnlab.metrics.reading import (
     token_f1,
 )
 from attnlab.tasks import DataError, build_task
-from attnlab.tasks import sources as sources_module
-from attnlab.tasks.base import _load_families
 from tests.conftest import TINY, compose, task_cfg
-
-
-def fake_hub(monkeypatch, splits: dict[str, list[dict]]) -> list[tuple]:
-    """Serve ``splits`` as the hub dataset; returns the (hub_id, config) pairs asked for."""
-    asked: list[tuple] = []
-
-    def fake(hub_id, config, *, local_hint):
-        asked.append((hub_id, config))
-        return splits
-
-    # Every loader module is imported first: one imported while sources is patched (build_task imports them
-    # all) would bind the fake for good, and later offline tests would see a hub that answers.
-    _load_families()
-    monkeypatch.setattr("attnlab.tasks.glue.load_hub_dataset", fake)
-    monkeypatch.setattr(sources_module, "load_hub_dataset", fake)
-    return asked
-
+from tests.tasks.fake_hub import serve_hub
 
 SMALL = ["task.tokenizer.vocab_size=120", "task.tokenizer.min_frequency=1"]
 
@@ -149,7 +131,7 @@ def write_jsonl(path: Path, rows: list[dict]) -> None:
 
 def test_multirc_on_hub_schema_fixture(monkeypatch, tmp_path):
     release = multirc_release(12)
-    asked = fake_hub(monkeypatch, {"train": multirc_hub_rows(release), "validation": multirc_hub_rows(release[:3])})
+    asked = serve_hub(monkeypatch, {"train": multirc_hub_rows(release), "validation": multirc_hub_rows(release[:3])})
     data = build_task(task_cfg("superglue/multirc", tmp_path, *SMALL), 0)
     assert asked[0] == ("aps/super_glue", "multirc")
     assert data.kind == "classification" and data.num_classes == 2
@@ -164,20 +146,26 @@ def test_multirc_on_hub_schema_fixture(monkeypatch, tmp_path):
     assert "truncation" in data.metric_flavours
 
 
-def test_multirc_local_release_layout_equals_the_hub_rows(monkeypatch, tmp_path):
-    release = multirc_release(12)
-    write_jsonl(tmp_path / "superglue" / "MultiRC" / "train.jsonl", release)
-    write_jsonl(tmp_path / "superglue" / "MultiRC" / "val.jsonl", release[:3])
-    local = build_task(task_cfg("superglue/multirc", tmp_path, "task.source=local", *SMALL), 0)
-    fake_hub(monkeypatch, {"train": multirc_hub_rows(release), "validation": multirc_hub_rows(release[:3])})
-    hub = build_task(task_cfg("superglue/multirc", tmp_path, *SMALL), 0)
+@pytest.mark.parametrize(("task", "folder", "make_release", "hub_rows", "size", "val_size"), [
+    ("superglue/multirc", "MultiRC", multirc_release, multirc_hub_rows, 12, 3),
+    ("superglue/record", "ReCoRD", record_release, record_hub_rows, 10, 2),
+])  # fmt: skip
+def test_local_release_layout_equals_the_hub_rows(task, folder, make_release, hub_rows, size, val_size,
+                                                  monkeypatch, tmp_path):
+    release = make_release(size)
+    write_jsonl(tmp_path / "superglue" / folder / "train.jsonl", release)
+    write_jsonl(tmp_path / "superglue" / folder / "val.jsonl", release[:val_size])
+    local = build_task(task_cfg(task, tmp_path, "task.source=local", *SMALL), 0)
+    serve_hub(monkeypatch, {"train": hub_rows(release), "validation": hub_rows(release[:val_size])})
+    hub = build_task(task_cfg(task, tmp_path, *SMALL), 0)
     assert local.references == hub.references
-    assert local.datasets["val"].examples == hub.datasets["val"].examples
+    for split in ("train", "val"):
+        assert local.datasets[split].examples == hub.datasets[split].examples
 
 
 def test_record_on_hub_schema_fixture(monkeypatch, tmp_path):
     release = record_release(10)
-    fake_hub(monkeypatch, {"train": record_hub_rows(release), "validation": record_hub_rows(release[:2])})
+    serve_hub(monkeypatch, {"train": record_hub_rows(release), "validation": record_hub_rows(release[:2])})
     data = build_task(task_cfg("superglue/record", tmp_path, *SMALL), 0)
     refs = data.references["val"]
     # 2 passages x 2 queries x 3 distinct entities (the repeated mention is one candidate)
@@ -204,20 +192,9 @@ def test_record_candidate_text_fills_the_placeholder_and_drops_highlight_markers
     assert "@highlight" not in bob.text and "- Alice Smith travelled" in bob.text
 
 
-def test_record_local_release_layout_equals_the_hub_rows(monkeypatch, tmp_path):
-    release = record_release(10)
-    write_jsonl(tmp_path / "superglue" / "ReCoRD" / "train.jsonl", release)
-    write_jsonl(tmp_path / "superglue" / "ReCoRD" / "val.jsonl", release[:2])
-    local = build_task(task_cfg("superglue/record", tmp_path, "task.source=local", *SMALL), 0)
-    fake_hub(monkeypatch, {"train": record_hub_rows(release), "validation": record_hub_rows(release[:2])})
-    hub = build_task(task_cfg("superglue/record", tmp_path, *SMALL), 0)
-    assert local.references == hub.references
-    assert local.datasets["train"].examples == hub.datasets["train"].examples
-
-
 def test_record_caps_cut_at_whole_queries(monkeypatch, tmp_path):
     release = record_release(10)
-    fake_hub(monkeypatch, {"train": record_hub_rows(release), "validation": record_hub_rows(release)})
+    serve_hub(monkeypatch, {"train": record_hub_rows(release), "validation": record_hub_rows(release)})
     data = build_task(task_cfg("superglue/record", tmp_path, *SMALL, "task.max_train_examples=10",
                                "task.max_eval_examples=7"), 0)
     assert len(data.datasets["train"]) == 9 and len(data.datasets["val"]) == 6  # 3 candidates per query
@@ -262,7 +239,7 @@ def test_record_bad_release_lines_name_file_and_line(tmp_path):
 
 
 def test_unknown_scheme_metric_is_refused(monkeypatch, tmp_path):
-    fake_hub(monkeypatch, {"train": multirc_hub_rows(multirc_release(2)), "validation": []})
+    serve_hub(monkeypatch, {"train": multirc_hub_rows(multirc_release(2)), "validation": []})
     with pytest.raises(DataError, match="task.metrics has 'mcc' for scheme multirc; valid: em, f1a"):
         build_task(task_cfg("superglue/multirc", tmp_path, "task.metrics=[mcc]"), 0)
 
@@ -274,11 +251,11 @@ def test_reading_tasks_train_and_report_official_metrics(option, monkeypatch, tm
 
     if option == "superglue/multirc":
         release = multirc_release(12)
-        fake_hub(monkeypatch, {"train": multirc_hub_rows(release), "validation": multirc_hub_rows(release[:3])})
+        serve_hub(monkeypatch, {"train": multirc_hub_rows(release), "validation": multirc_hub_rows(release[:3])})
         expected = {"test/em", "test/f1a", "test/acc"}
     else:
         release = record_release(10)
-        fake_hub(monkeypatch, {"train": record_hub_rows(release), "validation": record_hub_rows(release[:2])})
+        serve_hub(monkeypatch, {"train": record_hub_rows(release), "validation": record_hub_rows(release[:2])})
         expected = {"test/f1", "test/em", "test/acc"}
     cfg = compose([*TINY, "debug=fdr", f"task={option}", f"paths.data_root={tmp_path}", *SMALL],
                   run_dir=tmp_path / "run")
