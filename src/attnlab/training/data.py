@@ -10,6 +10,12 @@ the budget gets a micro-batch of its own (counted in ``oversize``).
 
 The sampler yields lists of indices and is a ``DistributedSampler``, so Lightning never swaps it under
 DDP; the DataLoader runs with ``batch_size=None`` over a view whose items are whole collated batches.
+
+Test splits of sequence-to-sequence tasks are decoded in batches of sources of similar length
+(``LengthSortedEvalSampler``): padding and the per-batch decode length limit (``max_len_a * longest + b``)
+shrink, and a batch stops as soon as its similar hypotheses finish. Outputs stay in reference order because
+scoring and the outputs files key every output by its example index (``ref_index``), never by batch order.
+Validation keeps split order: callbacks draw their fixed sample from the first validation batch.
 """
 
 from __future__ import annotations
@@ -105,6 +111,36 @@ class TokenBudgetSampler(DistributedSampler):
         return self.num_samples
 
 
+def source_length(item: Any) -> int:
+    """Length of what a decoder conditions on: the source of a (source, target[, index]) pair."""
+    return len(item[0]) if isinstance(item, tuple) else example_length(item)
+
+
+class LengthSortedEvalSampler(DistributedSampler):
+    """Evaluation batches of ``batch_size`` examples in order of ``lengths`` (ties by index), this rank's share.
+
+    Every example appears once over all ranks; under DDP the last batches are repeated so that every rank runs
+    the same number of steps (whole-split scores keep one output per example index)."""
+
+    def __init__(self, dataset: Dataset, lengths: Sequence[int], *, batch_size: int, num_replicas: int = 1,
+                 rank: int = 0) -> None:
+        super().__init__(dataset, num_replicas=num_replicas, rank=rank, shuffle=False, drop_last=False)
+        if batch_size <= 0:
+            raise ValueError(f"batch_size={batch_size} must be positive")
+        if len(lengths) != len(dataset):
+            raise ValueError(f"{len(lengths)} lengths for {len(dataset)} examples")
+        order = sorted(range(len(lengths)), key=lambda i: (lengths[i], i))
+        self.all_batches = [order[i: i + batch_size] for i in range(0, len(order), batch_size)]
+        self.num_samples = math.ceil(len(self.all_batches) / self.num_replicas)  # batches per rank
+
+    def __iter__(self) -> Iterator[list[int]]:
+        pad = self.num_samples * self.num_replicas - len(self.all_batches)
+        return iter((self.all_batches + self.all_batches[:pad])[self.rank:: self.num_replicas])
+
+    def __len__(self) -> int:
+        return self.num_samples
+
+
 class CollatedBatches(Dataset):
     """A dataset whose item for a list of indices is the collated batch of those examples."""
 
@@ -156,6 +192,21 @@ class TaskDataModule(L.LightningDataModule):
         return TokenBudgetSampler(dataset, lengths, max_tokens=int(self.micro_tokens), max_sentences=self.micro_batch,
                                   num_replicas=world, rank=rank, seed=self.shuffle_seed)
 
+    def _world_rank(self) -> tuple[int, int]:
+        if self.trainer is None:
+            return 1, 0
+        return self.trainer.world_size, self.trainer.global_rank
+
+    def test_loader(self, split: str) -> DataLoader:
+        """Batches of ``eval_batch`` examples; sequence-to-sequence sources grouped by length (module doc)."""
+        dataset = self.task.datasets[split]
+        if self.task.kind != "seq2seq" or len(dataset) == 0:
+            return self._loader(split, train=False)
+        world, rank = self._world_rank()
+        sampler = LengthSortedEvalSampler(dataset, [source_length(dataset[i]) for i in range(len(dataset))],
+                                          batch_size=self.eval_batch, num_replicas=world, rank=rank)
+        return token_batch_loader(dataset, self.task.collate, sampler, num_workers=self.num_workers)
+
     def _loader(self, split: str, *, train: bool) -> DataLoader:
         if train and self.micro_tokens:
             world = self.trainer.world_size if self.trainer is not None else 1
@@ -179,4 +230,4 @@ class TaskDataModule(L.LightningDataModule):
         return self._loader("val", train=False)
 
     def test_dataloader(self):
-        return [self._loader(split, train=False) for split in self.task.eval_splits.values()]
+        return [self.test_loader(split) for split in self.task.eval_splits.values()]
