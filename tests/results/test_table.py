@@ -14,19 +14,13 @@ import pytest
 import yaml
 
 from attnlab.cli.table import build_tables, record_from_wandb
+from attnlab.results.build import build_table
+from attnlab.results.errors import SpecError, TableError
+from attnlab.results.loading import load_records
 from attnlab.results.paper import NOT_FOUND, load_paper_tables
 from attnlab.results.record import validate_record
-from attnlab.results.table import (
-    SpecError,
-    TableError,
-    build_table,
-    load_records,
-    load_spec,
-    render_csv,
-    render_markdown,
-    render_summary,
-    spec_from_dict,
-)
+from attnlab.results.render import render_csv, render_markdown, render_summary
+from attnlab.results.spec import load_spec, spec_from_dict
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -371,7 +365,8 @@ def test_caption_names_overrides_beyond_the_presets(workspace, put_record):
 
 
 def test_scaled_paper_numbers_keep_their_published_precision():
-    from attnlab.results.table import PaperCell, fmt_paper
+    from attnlab.results.build import PaperCell
+    from attnlab.results.render.common import fmt_paper
 
     assert fmt_paper(PaperCell(value=float(f"{0.07 * 100:.12g}")), 1) == "7.0"
     assert fmt_paper(PaperCell(value=27.675), 2) == "27.675"  # finer than ours: kept

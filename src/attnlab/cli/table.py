@@ -20,23 +20,13 @@ from typing import Any
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
+from attnlab.results.build import build_table
+from attnlab.results.errors import SpecError, TableError
+from attnlab.results.loading import Corrupt, Loaded, corrupt_hint, load_records
 from attnlab.results.paper import PaperTablesError, default_experiments_dir, load_paper_tables
-from attnlab.results.record import RecordError, config_hash, sanitize_record, validate_record
-from attnlab.results.table import (
-    Corrupt,
-    Loaded,
-    SpecError,
-    TableError,
-    build_table,
-    corrupt_hint,
-    list_specs,
-    load_records,
-    load_spec,
-    render_all,
-    render_markdown,
-    render_summary,
-    write_files_atomically,
-)
+from attnlab.results.record import RecordError, config_hash, sanitize_record, validate_record, write_files_atomically
+from attnlab.results.render import render_all, render_markdown, render_summary
+from attnlab.results.spec import list_specs, load_spec
 
 EXIT_USER_ERROR = 2
 

@@ -26,8 +26,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from attnlab.results.record import RECORD_FILENAME, find_records, load_json, validate_record
-from attnlab.results.table import write_files_atomically
+from attnlab.results.record import RECORD_FILENAME, find_records, load_json, validate_record, write_files_atomically
 
 # Files and folders of a run folder that travel with its record (everything else stays behind).
 PUBLISHED_FILES = (".hydra/config.yaml", ".hydra/overrides.yaml")
