@@ -103,7 +103,15 @@ def build_tables(cfg: Mapping[str, Any] | DictConfig) -> list[Path]:
             )
         print(f"attnlab-table: {len(files)} table file(s) match the run records")
         return []
-    written = write_files_atomically(files)
+    if not cfg.get("force") and source == "local":
+        refuse_overwrite_from_scratch_runs(files, roots, Path(cfg.get("out") or "results/"))
+    try:
+        written = write_files_atomically(files)
+    except OSError as exc:
+        where = exc.filename or cfg.get("out") or "results/"
+        raise TableError(
+            f"cannot write the tables ({exc.strerror or exc}: {where}); choose a writable folder with out=<dir>"
+        ) from exc
     for built in built_all:
         if cfg.get("print"):
             sys.stdout.write(render_markdown(built) + "\n")
@@ -113,6 +121,25 @@ def build_tables(cfg: Mapping[str, Any] | DictConfig) -> list[Path]:
 
 
 TABLE_SUFFIXES = (".md", ".csv", ".tex", ".png")
+PUBLISHED_RUNS = "runs"  # under out/: results/runs holds the records the committed tables are built from
+
+
+def refuse_overwrite_from_scratch_runs(files: Mapping[Path, bytes], roots: list[str], out: Path) -> None:
+    """TableError when tables built from anything but ``<out>/runs`` would change files that already exist.
+
+    The committed tables under results/ are built from results/runs; a bare ``attnlab-table`` reads the
+    scratch runs/ folder and would otherwise replace them with "missing" cells. ``force=true`` allows it.
+    """
+    published = (out / PUBLISHED_RUNS).resolve()
+    if all(published == Path(r).resolve() or published in Path(r).resolve().parents for r in roots):
+        return
+    changed = sorted(str(p) for p, content in files.items() if p.is_file() and p.read_bytes() != content)
+    if changed:
+        raise TableError(
+            f"refusing to overwrite {len(changed)} existing table file(s) ({changed[0]}"
+            f"{', ...' if len(changed) > 1 else ''}) with tables built from runs={','.join(roots)}, which is not "
+            f"{out / PUBLISHED_RUNS}; pass out=<another folder> to look at them, or force=true to overwrite"
+        )
 README_BLOCK = re.compile(r"(<!-- attnlab-table: (\S+) -->\n)(.*?)(<!-- /attnlab-table -->)", re.S)
 
 

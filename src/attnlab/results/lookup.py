@@ -33,7 +33,7 @@ def _read(path: Path, wanted_hash: str | None = None) -> dict[str, Any] | None:
     """The record at ``path`` when it is a valid completed record (with ``wanted_hash`` when given)."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError):
         return None
     if not isinstance(data, dict) or data.get("status") != "completed":
         return None

@@ -398,6 +398,8 @@ def load_json(path: str | os.PathLike) -> Any:
         raise RecordError(
             f"{path}: not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})"
         ) from exc
+    except RecursionError as exc:  # a run record is a few levels deep; thousands of brackets are damage
+        raise RecordError(f"{path}: nested too deeply to be a run record") from exc
 
 
 def read_record(path: str | os.PathLike) -> dict[str, Any]:

@@ -46,9 +46,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from attnlab.results.errors import SpecError
+from attnlab.results.safe_yaml import UnsafeYamlError, load_yaml
 
 
 @dataclass
@@ -220,9 +219,11 @@ def load_spec(name: str, experiments_dir: str | os.PathLike) -> TableSpec:
         raise SpecError(f"unknown table {name!r}; valid: {valid}, all, summary")
     path = specs[name]
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as exc:
-        raise SpecError(f"{path}: not valid YAML ({str(exc).splitlines()[0]})") from exc
+        data = load_yaml(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SpecError(f"{path}: cannot read ({exc})") from exc
+    except UnsafeYamlError as exc:
+        raise SpecError(f"{path}: {exc}") from exc
     spec = spec_from_dict(data, name, where=str(path))
     spec.path = path
     return spec

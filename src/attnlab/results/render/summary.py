@@ -10,7 +10,10 @@ from attnlab.results.render.common import MISSING, fmt_count, md_escape, rel
 
 
 def render_summary(records: list[Loaded], corrupt: Sequence[Corrupt] = ()) -> str:
-    """A markdown table of every record found with its key metrics (test/* if any, else val/*)."""
+    """A markdown table of every record found with its key metrics (test/* if any, else val/*).
+
+    Debug runs (``extra.debug`` set) are listed, marked "not a result": their metrics come from a few batches.
+    """
     finals = [r.data["metrics"]["final"] for r in records]
     names = sorted({k for f in finals for k in f if k.startswith("test/")}) or sorted(
         {k for f in finals for k in f if k.startswith("val/")}
@@ -22,6 +25,9 @@ def render_summary(records: list[Loaded], corrupt: Sequence[Corrupt] = ()) -> st
         d = r.data
         final = d["metrics"]["final"]
         status = d["status"] + (f" ({one_line(d.get('error') or '', 60)})" if d["status"] == "failed" else "")
+        debug = get_field(d, "extra.debug")
+        if debug:  # debug=fdr/limit/overfit runs stop early by design: their numbers are not results
+            status += f" (debug={debug}: not a result)"
         params, tps, wall = (get_field(d, k) for k in ("params.total", "cost.tokens_per_s", "cost.wall_s"))
         cells = [
             rel(r.path), status, d.get("experiment"), d.get("task"), get_field(d, "model.attention"),
