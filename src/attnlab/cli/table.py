@@ -26,6 +26,7 @@ from attnlab.results.loading import Corrupt, Loaded, corrupt_hint, load_records
 from attnlab.results.paper import PaperTablesError, default_experiments_dir, load_paper_tables
 from attnlab.results.record import RecordError, config_hash, sanitize_record, validate_record, write_files_atomically
 from attnlab.results.render import render_all, render_markdown, render_summary
+from attnlab.results.render.claims import render_claims_overview
 from attnlab.results.spec import list_specs, load_spec
 
 EXIT_USER_ERROR = 2
@@ -88,6 +89,8 @@ def build_tables(cfg: Mapping[str, Any] | DictConfig) -> list[Path]:
         built = build_table(spec, records, papers, corrupt)
         built_all.append(built)
         files.update(render_all(built, cfg.get("out") or "results/", plot=bool(cfg.get("plot", True))))
+    if table == "all":  # the overview covers every spec, so only a build of all of them writes it
+        files[Path(cfg.get("out") or "results/") / CLAIMS_FILENAME] = render_claims_overview(built_all).encode()
     readme = Path(cfg["readme"]) if cfg.get("readme") else None
     if readme is not None:
         if not readme.is_file():
@@ -121,6 +124,7 @@ def build_tables(cfg: Mapping[str, Any] | DictConfig) -> list[Path]:
 
 
 TABLE_SUFFIXES = (".md", ".csv", ".tex", ".png")
+CLAIMS_FILENAME = "CLAIMS.md"  # under out/: every claim of every table
 PUBLISHED_RUNS = "runs"  # under out/: results/runs holds the records the committed tables are built from
 
 

@@ -10,7 +10,7 @@ import fnmatch
 import math
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +49,7 @@ class Cell:
     kind: str  # ok | missing | failed | running | corrupt
     stat: Stat | None = None
     note: str = ""  # e.g. "+1 failed" beside a number, or the failure reason
+    values: list[float] = field(default_factory=list)  # one per seed behind ``stat`` (what claims test)
 
 
 @dataclass
@@ -212,7 +213,7 @@ def build_table(
             if len(values) < len(used):
                 extras.append(f"{len(used) - len(values)} without {m.ours}")
             if values:
-                cells.append(Cell("ok", summarize(values), ", ".join(extras)))
+                cells.append(Cell("ok", summarize(values), ", ".join(extras), values))
             elif failed:
                 cells.append(Cell("failed", note=one_line(failed[0].data.get("error") or "no reason recorded")))
             elif running:
@@ -269,7 +270,7 @@ def _mean_cell(m: MetricSpec, per_seed: Mapping[str, Mapping[Any, float]]) -> Ce
         statistics.fmean(statistics.fmean(per_seed[lab][seed] for lab in g) for g in groups)
         for seed in sorted(seeds, key=str)
     ]
-    return Cell("ok", summarize(values))
+    return Cell("ok", summarize(values), values=values)
 
 
 def _distinct(values: Iterable[Any]) -> list[str]:

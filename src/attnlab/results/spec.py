@@ -40,6 +40,7 @@ as T5 averages GLUE)::
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -71,6 +72,49 @@ class RowSpec:
     paper_row: str | None = None
 
 
+# claim test -> (low, high, low_open, high_open) of the difference a - b, as a function of the margin m.
+CLAIM_TESTS: dict[str, Any] = {
+    "greater": lambda m: (m, math.inf, True, True),  # a > b + m
+    "at_least": lambda m: (-m, math.inf, False, True),  # a >= b - m
+    "less": lambda m: (-math.inf, -m, True, True),  # a < b - m
+    "at_most": lambda m: (-math.inf, m, True, False),  # a <= b + m
+    "within": lambda m: (-m, m, False, False),  # |a - b| <= m
+}
+CLAIM_WORDS = {"greater": ">", "at_least": ">=", "less": "<", "at_most": "<=", "within": "within"}
+
+
+@dataclass
+class ClaimSpec:
+    """One qualitative claim of the paper, checkable over the rows: ``a - b`` of ``metric`` lies in a range.
+
+    ``b`` is a row label or a number (a fixed level, e.g. chance). ``margin`` is in the column's shown units.
+    """
+
+    claim: str  # the claim in words, e.g. "Random Synthesizer within 1 BLEU of Transformer"
+    source: str  # the paper's sentence it comes from (quoted), or where it is read from ("Table 4 rows")
+    metric: str  # a metric label of this spec
+    a: str  # a row label
+    b: str | float  # a row label, or a number
+    test: str  # greater | at_least | less | at_most | within
+    margin: float = 0.0
+
+    def claimed_range(self) -> tuple[float, float, bool, bool]:
+        return CLAIM_TESTS[self.test](self.margin)
+
+    def statement(self) -> str:
+        margin = f" {self.margin:g}" if self.test == "within" else (f" (margin {self.margin:g})" if self.margin else "")
+        return f"{self.a} {CLAIM_WORDS[self.test]}{margin} {self.b} on {self.metric}"
+
+
+@dataclass
+class LaptopSpec:
+    """The laptop protocol of a table: what its small version is and its measured cost per run."""
+
+    protocol: str
+    per_run_s: float | None = None  # measured wall seconds of one run on the 2-core CPU (None: not measured)
+    runs: int | None = None  # runs of the whole table (rows x seeds)
+
+
 @dataclass
 class TableSpec:
     name: str
@@ -82,10 +126,14 @@ class TableSpec:
     data: str | None = None
     match: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    claims: list[ClaimSpec] = field(default_factory=list)
+    laptop: LaptopSpec | None = None
     path: Path | None = None
 
 
-_SPEC_KEYS = {"title", "paper", "table", "data", "match", "notes", "metrics", "rows"}
+_SPEC_KEYS = {"title", "paper", "table", "data", "match", "notes", "metrics", "rows", "claims", "laptop"}
+_CLAIM_KEYS = {"claim", "source", "metric", "a", "b", "test", "margin"}
+_LAPTOP_KEYS = {"protocol", "per_run_s", "runs"}
 _METRIC_KEYS = {"ours", "label", "direction", "scale", "paper_key", "paper_scale", "digits", "from", "match", "mean_of"}
 _ROW_KEYS = {"label", "match", "paper_row"}
 
@@ -176,7 +224,69 @@ def spec_from_dict(data: Any, name: str, where: str = "spec") -> TableSpec:
         data=data.get("data"),
         match=dict(match),
         notes=notes,
+        claims=_claims(data.get("claims"), metrics, labels, where),
+        laptop=_laptop(data.get("laptop"), where),
     )
+
+
+def _claims(items: Any, metrics: list[MetricSpec], rows: list[str], where: str) -> list[ClaimSpec]:
+    if items is None:
+        return []
+    if not isinstance(items, list):
+        raise SpecError(f"{where}: 'claims' must be a list")
+    out = []
+    metric_labels = [m.label for m in metrics]
+    for i, c in enumerate(items):
+        w = f"{where}: claims[{i}]"
+        if not isinstance(c, Mapping):
+            raise SpecError(f"{w}: a claim must be a mapping with keys {', '.join(sorted(_CLAIM_KEYS))}")
+        _unknown(w, c, _CLAIM_KEYS)
+        for key in ("claim", "source", "metric", "a", "b", "test"):
+            if c.get(key) in (None, ""):
+                raise SpecError(f"{w}: missing key {key!r} (a claim says what, from which sentence, on which rows)")
+        if c["test"] not in CLAIM_TESTS:
+            raise SpecError(f"{w}: test must be one of {', '.join(CLAIM_TESTS)}, got {c['test']!r}")
+        if c["metric"] not in metric_labels:
+            raise SpecError(f"{w}: metric {c['metric']!r} is not a metric label (labels: {', '.join(metric_labels)})")
+        b = c["b"]
+        is_number = isinstance(b, (int, float)) and not isinstance(b, bool)
+        for key, row in (("a", c["a"]), ("b", b)):
+            if not (key == "b" and is_number) and row not in rows:
+                raise SpecError(f"{w}: {key}={row!r} is not a row label (rows: {', '.join(rows)})")
+        if c["a"] == b:
+            raise SpecError(f"{w}: a and b name the same row")
+        margin = c.get("margin", 0)
+        if isinstance(margin, bool) or not isinstance(margin, (int, float)) or margin < 0:
+            raise SpecError(f"{w}: margin must be a number >= 0 (in the column's shown units)")
+        if c["test"] == "within" and margin == 0:
+            raise SpecError(f"{w}: a 'within' claim needs a margin > 0")
+        out.append(
+            ClaimSpec(
+                claim=str(c["claim"]),
+                source=str(c["source"]),
+                metric=str(c["metric"]),
+                a=str(c["a"]),
+                b=float(b) if is_number else str(b),
+                test=str(c["test"]),
+                margin=float(margin),
+            )
+        )
+    return out
+
+
+def _laptop(data: Any, where: str) -> LaptopSpec | None:
+    if data is None:
+        return None
+    w = f"{where}: laptop"
+    if not isinstance(data, Mapping) or not data.get("protocol"):
+        raise SpecError(f"{w}: needs a mapping with 'protocol' (and per_run_s, runs once measured)")
+    _unknown(w, data, _LAPTOP_KEYS)
+    per_run, runs = data.get("per_run_s"), data.get("runs")
+    if per_run is not None and (isinstance(per_run, bool) or not isinstance(per_run, (int, float)) or per_run <= 0):
+        raise SpecError(f"{w}: per_run_s must be a measured number of seconds > 0, or absent")
+    if runs is not None and (isinstance(runs, bool) or not isinstance(runs, int) or runs <= 0):
+        raise SpecError(f"{w}: runs must be a whole number > 0, or absent")
+    return LaptopSpec(protocol=str(data["protocol"]), per_run_s=None if per_run is None else float(per_run), runs=runs)
 
 
 def _flat_labels(items: Any) -> str:

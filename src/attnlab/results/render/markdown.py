@@ -1,8 +1,9 @@
-"""The markdown table (results/<paper>/<table>.md): caption, table, footnotes, the runs behind each row."""
+"""The markdown table (results/<paper>/<table>.md): caption, table, footnotes, claims, the runs behind each row."""
 
 from __future__ import annotations
 
 from attnlab.results.build import BuiltTable
+from attnlab.results.render.claims import claims_section
 from attnlab.results.render.common import header_and_rows, md_escape, source_lines
 
 
@@ -16,6 +17,7 @@ def render_markdown(built: BuiltTable) -> str:
     lines.append("")
     if built.footnotes:
         lines += [f"- {md_escape(n)}" for n in built.footnotes] + [""]
+    lines += claims_section(built)
     lines += ["## Sources", ""]
     for label, srcs in source_lines(built):
         lines.append(f"- **{md_escape(label)}**" + (": no run records" if not srcs else ""))

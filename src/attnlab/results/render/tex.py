@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from attnlab.results.build import BuiltTable
+from attnlab.results.claims import evaluate_claims
 from attnlab.results.render.common import header_and_rows, source_lines
 
 _TEX = {
@@ -35,6 +36,9 @@ def render_tex(built: BuiltTable) -> str:
     lines += ["\\bottomrule", "\\end{tabular}"]
     for note in built.footnotes:
         lines.append(f"\\par\\footnotesize {tex_escape(note)}")
+    for claim in evaluate_claims(built):
+        shown = f"Claim: {claim.spec.claim} -- {claim.status}" + (f" ({claim.reason})" if claim.reason else "")
+        lines.append(f"\\par\\footnotesize {tex_escape(shown)}")
     lines.append("\\end{table}")
     for label, srcs in source_lines(built):
         lines.append(f"% source {label}: " + (" | ".join(srcs) if srcs else "no run records").replace("\n", " "))
