@@ -62,7 +62,8 @@ def test_claims_held_not_held_inconclusive_not_run(workspace, put_record):
         _claim("above chance", "greater", b=10.0),
     ])  # fmt: skip
     assert results["ut above"].status == HELD
-    assert results["ut above"].estimate == pytest.approx(20.0) and (results["ut above"].n_a, results["ut above"].n_b) == (3, 3)
+    above = results["ut above"]
+    assert above.estimate == pytest.approx(20.0) and (above.n_a, above.n_b) == (3, 3)
     assert results["ut above"].interval.low > 0
     assert results["ut below"].status == NOT_HELD
     assert results["close"].status == HELD
