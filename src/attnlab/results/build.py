@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from attnlab.results.configs import config_groups, differing_keys
 from attnlab.results.errors import TableError
 from attnlab.results.loading import Corrupt, Loaded
 from attnlab.results.paper import NOT_FOUND, PaperTable, PaperTables, PaperTablesError
@@ -50,6 +51,7 @@ class Cell:
     stat: Stat | None = None
     note: str = ""  # e.g. "+1 failed" beside a number, or the failure reason
     values: list[float] = field(default_factory=list)  # one per seed behind ``stat`` (what claims test)
+    at_paper_scale: bool = False  # every run behind it is at the paper's scale: only then is a Δ meaningful
 
 
 @dataclass
@@ -88,6 +90,11 @@ class BuiltTable:
     @property
     def has_paper(self) -> bool:
         return bool(self.spec.paper)
+
+    @property
+    def show_diff(self) -> bool:
+        """A Δ column only where some cell of ours is at the paper's scale (see :func:`diff_value`)."""
+        return self.has_paper and any(c.at_paper_scale for r in self.rows for c in r.cells)
 
 
 _STATUS_RANK = {"completed": 0, "running": 1, "failed": 2}
@@ -155,6 +162,19 @@ def _paper_cell(
     conf = ptable.cell_confidence_level(row.paper_row, m.paper_key)
     if value is None:
         return PaperCell(kind="null", confidence=conf)
+    pair = isinstance(value, str) and len(value.split("/")) == 2
+    if pair and m.paper_part is None:
+        raise TableError(
+            f"table {spec.name}: paper cell {row.paper_row}.{m.paper_key} holds two numbers ({value}); give the "
+            f"column {m.label!r} paper_part: 1 or 2 and the other number a column of its own"
+        )
+    if m.paper_part is not None:
+        if not pair:  # a single number is the first of the pair; the paper printed no second one
+            return PaperCell(value=value, confidence=conf) if m.paper_part == 1 else PaperCell(kind="not_in_paper")
+        try:
+            value = float(value.split("/")[m.paper_part - 1])
+        except ValueError:
+            return PaperCell(value=value.split("/")[m.paper_part - 1].strip(), confidence=conf)
     if isinstance(value, (int, float)) and not isinstance(value, bool) and m.paper_scale != 1:
         value = float(f"{value * m.paper_scale:.12g}")  # 0.07 x 100 is 7.000000000000001 in binary
     return PaperCell(value=value, confidence=conf)
@@ -200,6 +220,7 @@ def build_table(
             used = [r for r in mine_m if r.data.get("status") == "completed"]
             failed = [r for r in mine_m if r.data.get("status") == "failed"]
             running = [r for r in mine_m if r.data.get("status") == "running"]
+            _refuse_mixed_configs(spec, row, m, used)
             scored = [(r, _metric_value(r, m)) for r in used]
             per_seed[m.label] = {r.data.get("seed"): v for r, v in scored if v is not None}
             values = [v for _, v in scored if v is not None]
@@ -213,7 +234,8 @@ def build_table(
             if len(values) < len(used):
                 extras.append(f"{len(used) - len(values)} without {m.ours}")
             if values:
-                cells.append(Cell("ok", summarize(values), ", ".join(extras), values))
+                at_paper = all(r.data.get("scale") == "paper" for r, v in scored if v is not None)
+                cells.append(Cell("ok", summarize(values), ", ".join(extras), values, at_paper))
             elif failed:
                 cells.append(Cell("failed", note=one_line(failed[0].data.get("error") or "no reason recorded")))
             elif running:
@@ -252,6 +274,21 @@ def build_table(
     )
 
 
+def _refuse_mixed_configs(spec: TableSpec, row: RowSpec, m: MetricSpec, used: list[Loaded]) -> None:
+    """TableError when the runs of one cell differ in anything but the seed (they are not seeds of one run)."""
+    groups = config_groups([r.config for r in used])
+    if len(groups) < 2:
+        return
+    first, other = used[groups[0][0]], used[groups[1][0]]
+    keys = differing_keys(first.config, other.config)
+    shown = "; ".join(f"{k}: {first.config[k]!r} vs {other.config[k]!r}" for k in keys[:3])
+    raise TableError(
+        f"table {spec.name}, row {row.label!r}, {m.label}: its runs are {len(groups)} different configurations, "
+        f"not seeds of one ({shown}{'; ...' if len(keys) > 3 else ''}; e.g. {first.path} and {other.path}); "
+        "a cell pools one configuration: remove the other runs from runs=, or give each its own row"
+    )
+
+
 def _mean_cell(m: MetricSpec, per_seed: Mapping[str, Mapping[Any, float]]) -> Cell:
     """The mean of other columns, per seed, over the seeds that every component has."""
     groups = [item if isinstance(item, list) else [item] for item in m.mean_of or []]
@@ -270,7 +307,7 @@ def _mean_cell(m: MetricSpec, per_seed: Mapping[str, Mapping[Any, float]]) -> Ce
         statistics.fmean(statistics.fmean(per_seed[lab][seed] for lab in g) for g in groups)
         for seed in sorted(seeds, key=str)
     ]
-    return Cell("ok", summarize(values), values=values)
+    return Cell("ok", summarize(values), values=values)  # no Δ: the paper's average is over other tasks
 
 
 def _distinct(values: Iterable[Any]) -> list[str]:
@@ -335,6 +372,11 @@ def _caption(spec: TableSpec, rows: list[RowResult], ptable: PaperTable | None, 
     hw = _distinct(get_field(r.data, "hardware.name") for r in used)
     if hw:
         parts.append(f"Hardware: {', '.join(hw)}.")
+    if spec.paper and used and not any(c.at_paper_scale for row in rows for c in row.cells):
+        parts.append(
+            "No Δ column: our runs are at laptop scale, not the paper's (model, data and steps are smaller), so "
+            "ours and the paper's numbers stand side by side for orientation, not as a difference."
+        )
     if spec.paper:
         if ptable is not None:
             cite = f" ({one_line(ptable.citation, 120)})" if ptable.citation else ""
@@ -361,7 +403,8 @@ def _footnotes(spec: TableSpec, ptable: PaperTable | None, papers: PaperTables) 
 
 
 def diff_value(cell: Cell, paper: PaperCell) -> float | None:
-    if cell.kind != "ok" or paper.kind != "value":
+    """Ours minus the paper's, only where our runs are at the paper's scale (a laptop run is no replica)."""
+    if cell.kind != "ok" or paper.kind != "value" or not cell.at_paper_scale:
         return None
     if isinstance(paper.value, bool) or not isinstance(paper.value, (int, float)):
         return None

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from attnlab.results.configs import seedless_config
 from attnlab.results.errors import TableError
 from attnlab.results.record import RecordError, find_records, load_json, validate_record
 
@@ -16,6 +17,14 @@ from attnlab.results.record import RecordError, find_records, load_json, validat
 class Loaded:
     path: Path
     data: dict[str, Any]
+    _config: dict[str, Any] | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def config(self) -> dict[str, Any]:
+        """The run's configuration apart from the seed (read once; see :mod:`attnlab.results.configs`)."""
+        if self._config is None:
+            self._config = seedless_config(self.path if self.path.is_file() else None, self.data)
+        return self._config
 
 
 @dataclass

@@ -15,6 +15,7 @@ Spec format (all keys but ``title``, ``metrics`` and ``rows`` optional)::
         direction: higher                 # higher | lower
         scale: 100                        # ours x scale is shown (fractions as percent)
         paper_scale: 100                  # paper x paper_scale is shown (default 1)
+        paper_part: 1                     # a paper cell printed as a pair "F1/acc": 1 takes F1, 2 takes acc
         digits: 2
     rows:
       - label: Transformer
@@ -63,6 +64,7 @@ class MetricSpec:
     source: str = "final"  # which part of metrics: final | best
     match: dict[str, Any] = field(default_factory=dict)  # records of this column only (on top of the row's)
     mean_of: list[Any] | None = None  # labels of other metrics (nested lists averaged first)
+    paper_part: int | None = None  # 1 or 2: which number of a paper cell printed as a pair ("F1/acc", "F1a/EM")
 
 
 @dataclass
@@ -80,7 +82,6 @@ CLAIM_TESTS: dict[str, Any] = {
     "at_most": lambda m: (-math.inf, m, True, False),  # a <= b + m
     "within": lambda m: (-m, m, False, False),  # |a - b| <= m
 }
-CLAIM_WORDS = {"greater": ">", "at_least": ">=", "less": "<", "at_most": "<=", "within": "within"}
 
 
 @dataclass
@@ -102,8 +103,16 @@ class ClaimSpec:
         return CLAIM_TESTS[self.test](self.margin)
 
     def statement(self) -> str:
-        margin = f" {self.margin:g}" if self.test == "within" else (f" (margin {self.margin:g})" if self.margin else "")
-        return f"{self.a} {CLAIM_WORDS[self.test]}{margin} {self.b} on {self.metric}"
+        """The claim as an inequality over the rows, e.g. ``|Random - Transformer| <= 1 on BLEU``."""
+        m = f"{self.margin:g}"
+        text = {
+            "greater": f"{self.a} > {self.b}" + (f" + {m}" if self.margin else ""),
+            "at_least": f"{self.a} ≥ {self.b}" + (f" − {m}" if self.margin else ""),
+            "less": f"{self.a} < {self.b}" + (f" − {m}" if self.margin else ""),
+            "at_most": f"{self.a} ≤ {self.b}" + (f" + {m}" if self.margin else ""),
+            "within": f"|{self.a} − {self.b}| ≤ {m}",
+        }[self.test]
+        return f"{text} on {self.metric}"
 
 
 @dataclass
@@ -134,7 +143,10 @@ class TableSpec:
 _SPEC_KEYS = {"title", "paper", "table", "data", "match", "notes", "metrics", "rows", "claims", "laptop"}
 _CLAIM_KEYS = {"claim", "source", "metric", "a", "b", "test", "margin"}
 _LAPTOP_KEYS = {"protocol", "per_run_s", "runs"}
-_METRIC_KEYS = {"ours", "label", "direction", "scale", "paper_key", "paper_scale", "digits", "from", "match", "mean_of"}
+_METRIC_KEYS = {
+    "ours", "label", "direction", "scale", "paper_key", "paper_part", "paper_scale", "digits", "from", "match",
+    "mean_of",
+}  # fmt: skip
 _ROW_KEYS = {"label", "match", "paper_row"}
 
 
@@ -179,6 +191,13 @@ def spec_from_dict(data: Any, name: str, where: str = "spec") -> TableSpec:
         except (TypeError, ValueError) as exc:
             raise SpecError(f"{w}: scale, paper_scale and digits must be numbers") from exc
         mean_of = m.get("mean_of")
+        paper_part = m.get("paper_part")
+        if paper_part is not None and (
+            paper_part not in (1, 2) or isinstance(paper_part, bool) or not m.get("paper_key")
+        ):
+            raise SpecError(
+                f"{w}: paper_part must be 1 or 2 (the first or second number of a paper cell 'a/b'), with a paper_key"
+            )
         metrics.append(
             MetricSpec(
                 ours=str(m["ours"]) if mean_of is None else f"mean of {_flat_labels(mean_of)}",
@@ -191,6 +210,7 @@ def spec_from_dict(data: Any, name: str, where: str = "spec") -> TableSpec:
                 source=source,
                 match=dict(metric_match),
                 mean_of=None if mean_of is None else list(mean_of),
+                paper_part=paper_part,
             )
         )
     _check_means(metrics, where)

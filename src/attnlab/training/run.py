@@ -635,12 +635,13 @@ def write_failed_record(cfg: DictConfig, run_dir: str | os.PathLike, command: st
 def _completed_twin(cfg: DictConfig) -> dict[str, Any] | None:
     """With ATTNLAB_SKIP_EXISTING=1 (``make reproduce-*`` sets it): the record of a completed run of the
     same config hash under ``paths.runs_dir``, so a re-run of a table trains only what is missing."""
-    from attnlab.results.lookup import find_completed, skip_existing_requested
+    from attnlab.results.lookup import find_completed, search_roots, skip_existing_requested
     from attnlab.results.record import read_record
 
     if not skip_existing_requested():
         return None
-    done = find_completed(cfg.paths.runs_dir, _safe_hash(cfg))  # the hash the record itself carries
+    # runs/ and the published results/runs: a clean clone skips what is committed.
+    done = find_completed(search_roots(cfg.paths.runs_dir), _safe_hash(cfg))  # the hash the record carries
     if done is None:
         return None
     log.info("skipping: a completed run with the same config hash exists: %s", done)

@@ -72,7 +72,7 @@ def header_and_rows(built: BuiltTable) -> tuple[list[str], list[list[str]]]:
     for m in built.spec.metrics:
         arrow = "↑" if m.direction == "higher" else "↓"
         if built.has_paper:
-            header += [f"{m.label} {arrow} paper", f"{m.label} ours", "Δ"]
+            header += [f"{m.label} {arrow} paper", f"{m.label} ours", *(["Δ"] if built.show_diff else [])]
         else:
             header += [f"{m.label} {arrow}"]
     header += ["Params", "Tokens/s", "Peak mem (MB)", "Wall (s)"]
@@ -81,11 +81,9 @@ def header_and_rows(built: BuiltTable) -> tuple[list[str], list[list[str]]]:
         cells = [row.spec.label]
         for m, cell, paper in zip(built.spec.metrics, row.cells, row.paper):
             if built.has_paper:
-                cells += [
-                    fmt_paper(paper, m.digits),
-                    fmt_cell(cell, m.digits),
-                    fmt_diff(diff_value(cell, paper), m.digits),
-                ]
+                cells += [fmt_paper(paper, m.digits), fmt_cell(cell, m.digits)]
+                if built.show_diff:
+                    cells.append(fmt_diff(diff_value(cell, paper), m.digits))
             else:
                 cells.append(fmt_cell(cell, m.digits))
         have = bool(row.used)
