@@ -178,7 +178,7 @@ def check_tables(files: Mapping[Path, bytes], out: Path, find_orphans: bool) -> 
     if find_orphans:
         expected = {p.resolve() for p in files}
         # Only the folders tables go to: results/bench, results/runs and README.md's folder hold other files.
-        paper_dirs = sorted({p.parent for p in files if out.resolve() in p.resolve().parents})
+        paper_dirs = sorted({p.parent for p in files if out.resolve() in p.resolve().parent.parents})  # not out/ itself
         for path in sorted(q for d in paper_dirs for q in d.glob("*")):
             if path.suffix in TABLE_SUFFIXES and path.resolve() not in expected:
                 differ.append(f"{path} (no spec generates it)")
