@@ -27,6 +27,7 @@ from attnlab.results.paper import PaperTablesError, default_experiments_dir, loa
 from attnlab.results.record import RecordError, config_hash, sanitize_record, validate_record, write_files_atomically
 from attnlab.results.render import render_all, render_markdown, render_summary
 from attnlab.results.render.claims import render_claims_overview
+from attnlab.results.render.png import has_figure
 from attnlab.results.spec import list_specs, load_spec
 
 EXIT_USER_ERROR = 2
@@ -116,6 +117,10 @@ def build_tables(cfg: Mapping[str, Any] | DictConfig) -> list[Path]:
             f"cannot write the tables ({exc.strerror or exc}: {where}); choose a writable folder with out=<dir>"
         ) from exc
     for built in built_all:
+        stale = Path(cfg.get("out") or "results/") / f"{built.spec.name}.png"
+        if cfg.get("plot", True) and not has_figure(built) and stale.is_file():
+            stale.unlink()  # a figure of runs that are no longer there; a table without runs has none
+            print(f"removed {stale} (no completed runs to plot)")
         if cfg.get("print"):
             sys.stdout.write(render_markdown(built) + "\n")
     for path in written:

@@ -8,7 +8,7 @@ from pathlib import Path
 from attnlab.results.build import BuiltTable
 from attnlab.results.render.csv import render_csv
 from attnlab.results.render.markdown import render_markdown
-from attnlab.results.render.png import render_png
+from attnlab.results.render.png import has_figure, render_png
 from attnlab.results.render.summary import render_summary
 from attnlab.results.render.tex import render_tex
 
@@ -16,13 +16,13 @@ __all__ = ["render_all", "render_csv", "render_markdown", "render_png", "render_
 
 
 def render_all(built: BuiltTable, out_dir: str | os.PathLike, plot: bool = True) -> dict[Path, bytes]:
-    """File path -> content for one table: ``<out>/<paper>/<table>.{md,csv,tex,png}``."""
+    """File path -> content for one table: ``<out>/<paper>/<table>.{md,csv,tex,png}`` (no png without runs)."""
     base = Path(out_dir) / built.spec.name
     files = {
         base.with_suffix(".md"): render_markdown(built).encode("utf-8"),
         base.with_suffix(".csv"): render_csv(built).encode("utf-8"),
         base.with_suffix(".tex"): render_tex(built).encode("utf-8"),
     }
-    if plot:
+    if plot and has_figure(built):
         files[base.with_suffix(".png")] = render_png(built)
     return files
