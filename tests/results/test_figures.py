@@ -3,6 +3,7 @@ perplexity on a log axis, no figure for a table without runs."""
 
 from __future__ import annotations
 
+import json
 import struct
 
 import yaml
@@ -14,6 +15,7 @@ from attnlab.results.paper import load_paper_tables
 from attnlab.results.render import render_all
 from attnlab.results.render.png import _log_axis, bar_labels, render_png
 from attnlab.results.spec import load_spec
+from tests.conftest import REPO
 from tests.results.conftest import SPEC
 
 WIDE = {**SPEC, "metrics": [{"ours": f"test/m{i}", "label": f"Metric {i}"} for i in range(12)]
@@ -52,3 +54,11 @@ def test_no_runs_no_figure_and_a_stale_one_is_removed(workspace, put_record):
            "out": str(workspace / "out")}  # fmt: skip
     build_tables(cfg)
     assert not stale.exists() and (workspace / "out" / "toy" / "t1.md").exists()
+
+
+def test_ponder_notebook_never_trains_and_shows_figures_inline():
+    nb = json.loads((REPO / "notebooks" / "ponder_heatmaps.ipynb").read_text())
+    code = "\n".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code")
+    assert "%matplotlib inline" in code and "plt.show()" in code and 'use("Agg")' not in code
+    for training in ("subprocess", "attnlab.train", "attnlab-train", ".fit("):
+        assert training not in code, f"the notebook must only read runs, found {training!r}"
