@@ -52,6 +52,14 @@ def test_a_cell_never_pools_two_configurations(workspace, put_record):
         _build(workspace)
 
 
+def test_old_and_new_records_compare_the_config_before_the_scale_blocks(workspace, put_record):
+    before = {"seed": 1, "scale": {"name": "cpu"}, "model": {"d_model": 512}}  # the preset as composed
+    _with_config(put_record, "old", before, seed=1)  # written before config.yaml held the scaled config
+    new = _with_config(put_record, "new", {**before, "seed": 2, "model": {"d_model": 128}}, seed=2)  # scaled
+    (new.parent / ".hydra" / "config_before_scale.yaml").write_text(yaml.safe_dump({**before, "seed": 2}))
+    assert _build(workspace).rows[0].cells[0].stat.n == 2
+
+
 def test_records_without_a_config_file_are_told_apart_by_their_command(workspace, put_record):
     put_record("a", seed=1, command="attnlab-train experiment=x seed=1 trainer.max_steps=800")
     put_record("b", seed=2, command="attnlab-train experiment=x seed=2 trainer.max_steps=100000")

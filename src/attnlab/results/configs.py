@@ -2,14 +2,15 @@
 
 A cell's mean over seeds is only a mean over seeds when everything else is equal: a cpu-scale 800-step seed
 and a paper-scale seed of the same preset are two experiments, not two seeds. The configuration of a run is
-read from its resolved ``.hydra/config.yaml`` (beside ``results.json``; the published copy keeps it), minus
-the top-level ``seed`` and the keys that never change a result (:data:`DEFAULT_HASH_EXCLUDE`: paths,
-loggers, Hydra's runtime). A record without that file (a wandb run) falls back to the fields of the record
-that name its configuration: experiment, task, model, scale, hardware, and the overrides of its command.
+read from its ``.hydra/config_before_scale.yaml`` (else ``.hydra/config.yaml``; both beside ``results.json``,
+both published), minus the top-level ``seed`` and the keys that never change a result
+(:data:`DEFAULT_HASH_EXCLUDE`: paths, loggers, Hydra's runtime). A record without that file (a wandb run)
+falls back to the fields of the record that name its configuration: experiment, task, model, scale,
+hardware, and the overrides of its command.
 
 Two configurations are the same when they agree on every key both have: a key that only one has was added
 to (or removed from) a preset after the other ran, with its old behaviour as the default (the rule for
-adding keys, README "Run records"), so a committed record stays valid when a preset grows.
+adding keys, README "Tables"), so a committed record stays valid when a preset grows.
 """
 
 from __future__ import annotations
@@ -23,6 +24,10 @@ from attnlab.results.record import DEFAULT_HASH_EXCLUDE, _strip
 from attnlab.results.safe_yaml import UnsafeYamlError, load_yaml
 
 RESOLVED_CONFIG = Path(".hydra") / "config.yaml"
+# The composition before the scale blocks (written beside config.yaml since config.yaml holds the scaled
+# config): the form every record has, since older runs wrote exactly this as config.yaml. Comparing the same
+# form on both sides keeps old and new seeds of one configuration in one cell.
+BEFORE_SCALE_CONFIG = Path(".hydra") / "config_before_scale.yaml"
 # Command-line keys that do not make a different experiment (seed: what a cell pools over; paths/loggers).
 _NOT_CONFIG = ("seed", "paths.", "hydra", "logger", "+logger", "callbacks.record_attention")
 
@@ -47,7 +52,10 @@ def _command_overrides(command: Any) -> dict[str, str]:
 
 def seedless_config(record_path: Path | None, data: Mapping[str, Any]) -> dict[str, Any]:
     """The run's configuration apart from its seed, as ``dotted key -> value``."""
-    config_file = None if record_path is None else record_path.parent / RESOLVED_CONFIG
+    config_file = None
+    if record_path is not None:
+        before, resolved = record_path.parent / BEFORE_SCALE_CONFIG, record_path.parent / RESOLVED_CONFIG
+        config_file = before if before.is_file() else resolved
     if config_file is not None and config_file.is_file():
         try:
             config = load_yaml(config_file.read_text(encoding="utf-8"))
