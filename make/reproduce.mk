@@ -97,10 +97,10 @@ reproduce-synthesizer-table6: $(STAMP) ## Synthesizer Table 6: number of heads 2
 reproduce-synthesizer-table7: $(STAMP) ## Synthesizer Table 7: synthesizing functions (linear, conv, bottleneck, GLU)
 	$(call reproduce,synthesizer/table7)
 
-reproduce-bigbird-table1: $(STAMP) ## BigBird Table 1: building blocks (full / random / window / R+W), masked-LM accuracy at 512
+reproduce-bigbird-table1: $(STAMP) ## BigBird Table 1: MLM at 512, full vs random vs window vs random + window
 	$(call reproduce,bigbird/table1)
 
-reproduce-bigbird-table10: $(STAMP) ## BigBird Table 10: masked-LM bits per character, full at 512 vs BigBird-ITC at 2048/4096
+reproduce-bigbird-table10: $(STAMP) ## BigBird Table 10: MLM bits per token/char, full at 512 vs BigBird-ITC at 2048/4096
 	$(call reproduce,bigbird/table10)
 
 reproduce-synthesizer-table3: $(STAMP) ## Synthesizer Table 3: CNN/DailyMail ROUGE, PersonaChat BLEU/ROUGE/CIDEr per attention

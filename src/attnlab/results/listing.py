@@ -3,9 +3,10 @@
 A target trains every preset of one folder ``conf/experiment/<paper>/<table>/`` and builds every spec
 ``experiments/<paper>/<table>[_<task>].yaml``; the T5 path of Synthesizer Tables 4-5 trains the
 ``synthesizer/t5`` pre-training and multitask presets and builds ``experiments/synthesizer/t5_table<N>.yaml``.
-The estimate is read from each spec's ``laptop`` block (``per_run_s``: the mean wall seconds of one run of its
-laptop protocol, measured on the 2-core CPU; ``runs``: how many runs that mean is over) times the spec's rows
-times the seeds; a spec without a measured ``per_run_s`` says "not measured" rather than guessing.
+The estimate is read from each spec's ``laptop`` block (``protocol``: the table's laptop protocol in words;
+``per_run_s``: the wall seconds of one run of it, measured on the 2-core CPU; ``runs``: the runs the protocol
+trains, rows x seeds) as ``per_run_s`` x the spec's rows x the seeds asked for; a spec without a measured
+``per_run_s`` says "not measured" rather than guessing.
 
     python -m attnlab.results.listing --seeds 1,2,3 [--conf src/attnlab/conf/experiment] [--experiments experiments]
 """
@@ -74,8 +75,7 @@ def estimate(target: Target, seeds: int) -> str:
             continue
         runs = len(spec.rows) * seeds
         total += lap.per_run_s * runs
-        over = f" over {lap.runs} runs" if lap.runs else ""
-        parts.append(f"{spec.name}: {runs} runs x {lap.per_run_s:.0f} s (measured{over})")
+        parts.append(f"{spec.name}: {runs} runs x {lap.per_run_s:.0f} s")
     if not target.specs:
         return "not measured (no table spec)"
     text = f"~{fmt_duration(total)} ({'; '.join(parts)})" if parts else ""

@@ -121,7 +121,7 @@ class LaptopSpec:
 
     protocol: str
     per_run_s: float | None = None  # measured wall seconds of one run on the 2-core CPU (None: not measured)
-    runs: int | None = None  # runs of the whole table (rows x seeds)
+    runs: int | None = None  # the runs the protocol trains (rows x seeds)
 
 
 @dataclass
