@@ -131,3 +131,22 @@ def test_table_all_writes_claims_overview_and_check_holds_it(workspace, put_reco
     (workspace / "out" / "CLAIMS.md").write_text(overview.replace("1 held", "1 not held"))
     with pytest.raises(TableError, match="CLAIMS.md"):
         build_tables({**cfg, "check": True})
+
+
+def test_a_claim_whose_precondition_the_runs_miss_is_inconclusive(workspace, put_record):
+    _seeds(put_record, "stacked", [0.30, 0.31, 0.32])
+    for seed, acc in enumerate([0.50, 0.51, 0.52]):
+        put_record(f"ut-{seed}", seed=seed, **{"model.recurrence": "ut", "metrics.final": {"test/seq_acc": acc},
+                   "extra": {"coverage": 0.4 if seed else 0.93}})  # fmt: skip
+    sparse = {"row": "UT", "field": "extra.coverage", "at_most": 0.5}
+    results = _evaluate(workspace, [
+        {**_claim("sparse enough", "greater"), "requires": sparse},
+        {**_claim("dense enough", "greater"), "requires": {**sparse, "at_most": 0.95}},
+        {**_claim("unrecorded", "greater"), "requires": {**sparse, "field": "extra.nothing"}},
+    ])  # fmt: skip
+    assert results["sparse enough"].status == INCONCLUSIVE
+    why = results["sparse enough"].reason
+    assert why == "the runs do not test the claim: UT: extra.coverage <= 0.5 needed, a run has 0.93"
+    assert results["dense enough"].status == HELD
+    unrecorded = results["unrecorded"]
+    assert unrecorded.status == INCONCLUSIVE and "do not record extra.nothing" in unrecorded.reason

@@ -9,7 +9,8 @@ of means (the one-sample t interval when ``b`` is a number). The claim
 - **held** when the whole interval lies inside the claimed range,
 - **not held** when the whole interval lies outside it,
 - **inconclusive** when the interval straddles an edge of the range (the difference is too small for the
-  seeds we have), or when a row has fewer than two seeds (no interval can be formed),
+  seeds we have), when a row has fewer than two seeds (no interval can be formed), or when the runs miss a
+  precondition of the claim (``requires``: e.g. BigBird attending at most half of the keys),
 - **not run** when a row has no completed run with the metric (missing, failed, still running): a claim
   never passes on runs that are not there.
 
@@ -22,7 +23,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from attnlab.results.build import BuiltTable, RowResult
+from attnlab.results.build import BuiltTable, RowResult, get_field
 from attnlab.results.spec import ClaimSpec
 from attnlab.results.stats import CONFIDENCE, Interval, welch_interval
 
@@ -30,7 +31,8 @@ HELD, NOT_HELD, INCONCLUSIVE, NOT_RUN = "held", "not held", "inconclusive", "not
 RULE = (
     f"Claims: Welch {CONFIDENCE:.0%} t interval of the difference of means over seeds (one-sample t against a "
     "fixed number); held = the whole interval inside the claimed range, not held = wholly outside, "
-    "inconclusive = it straddles an edge or a row has < 2 seeds, not run = a row has no completed run."
+    "inconclusive = it straddles an edge, a row has < 2 seeds or the runs miss the claim's precondition, "
+    "not run = a row has no completed run."
 )
 
 
@@ -102,12 +104,31 @@ def evaluate_claim(built: BuiltTable, claim: ClaimSpec) -> ClaimResult:
     if missing:
         return result(NOT_RUN, reason="; ".join(missing))
     estimate = sum(a) / len(a) - (b if row_b is None else sum(b) / len(b))
+    unmet = _unmet_requirements(built, claim)
+    if unmet:
+        return result(INCONCLUSIVE, estimate=estimate, reason=f"the runs do not test the claim: {unmet}")
     if len(a) < 2 or (row_b is not None and len(b) < 2):
         return result(INCONCLUSIVE, estimate=estimate, reason="fewer than 2 seeds in a row: no interval")
     interval = welch_interval(a, b)
     status = interval_status(interval, claim)
     reason = "the interval straddles an edge of the claimed range" if status == INCONCLUSIVE else ""
     return result(status, interval, estimate, reason)
+
+
+def _unmet_requirements(built: BuiltTable, claim: ClaimSpec) -> str:
+    """Why the completed runs do not meet the claim's preconditions ('' when they do)."""
+    problems = []
+    for req in claim.requires:
+        row = next(r for r in built.rows if r.spec.label == req.row)
+        values = [get_field(r.data, req.field) for r in row.used]
+        numbers = [v for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)]
+        if len(numbers) < len(values) or not values:
+            problems.append(f"{req.row} runs do not record {req.field}")
+            continue
+        worst = max(numbers) if req.at_most is not None else min(numbers)
+        if (req.at_most is not None and worst > req.at_most) or (req.at_least is not None and worst < req.at_least):
+            problems.append(f"{req.describe()} needed, a run has {worst:.3g}")
+    return "; ".join(problems)
 
 
 def evaluate_claims(built: BuiltTable) -> list[ClaimResult]:

@@ -85,6 +85,20 @@ CLAIM_TESTS: dict[str, Any] = {
 
 
 @dataclass
+class Requirement:
+    """What the runs of a row must show for a claim to be tested at all (e.g. BigBird really sparse)."""
+
+    row: str
+    field: str  # a dotted record field, e.g. extra.attention_coverage.attended_fraction_mean
+    at_most: float | None = None
+    at_least: float | None = None
+
+    def describe(self) -> str:
+        bound = f"<= {self.at_most:g}" if self.at_most is not None else f">= {self.at_least:g}"
+        return f"{self.row}: {self.field} {bound}"
+
+
+@dataclass
 class ClaimSpec:
     """One qualitative claim of the paper, checkable over the rows: ``a - b`` of ``metric`` lies in a range.
 
@@ -98,6 +112,7 @@ class ClaimSpec:
     b: str | float  # a row label, or a number
     test: str  # greater | at_least | less | at_most | within
     margin: float = 0.0
+    requires: list[Requirement] = field(default_factory=list)  # preconditions on the runs (else inconclusive)
 
     def claimed_range(self) -> tuple[float, float, bool, bool]:
         return CLAIM_TESTS[self.test](self.margin)
@@ -112,7 +127,8 @@ class ClaimSpec:
             "at_most": f"{self.a} ≤ {self.b}" + (f" + {m}" if self.margin else ""),
             "within": f"|{self.a} − {self.b}| ≤ {m}",
         }[self.test]
-        return f"{text} on {self.metric}"
+        needs = "".join(f", if {r.describe()}" for r in self.requires)
+        return f"{text} on {self.metric}{needs}"
 
 
 @dataclass
@@ -141,7 +157,8 @@ class TableSpec:
 
 
 _SPEC_KEYS = {"title", "paper", "table", "data", "match", "notes", "metrics", "rows", "claims", "laptop"}
-_CLAIM_KEYS = {"claim", "source", "metric", "a", "b", "test", "margin"}
+_CLAIM_KEYS = {"claim", "source", "metric", "a", "b", "test", "margin", "requires"}
+_REQUIRE_KEYS = {"row", "field", "at_most", "at_least"}
 _LAPTOP_KEYS = {"protocol", "per_run_s", "runs"}
 _METRIC_KEYS = {
     "ours", "label", "direction", "scale", "paper_key", "paper_part", "paper_scale", "digits", "from", "match",
@@ -280,8 +297,10 @@ def _claims(items: Any, metrics: list[MetricSpec], rows: list[str], where: str) 
             raise SpecError(f"{w}: margin must be a number >= 0 (in the column's shown units)")
         if c["test"] == "within" and margin == 0:
             raise SpecError(f"{w}: a 'within' claim needs a margin > 0")
+        requires = _requirements(c.get("requires"), rows, w)
         out.append(
             ClaimSpec(
+                requires=requires,
                 claim=str(c["claim"]),
                 source=str(c["source"]),
                 metric=str(c["metric"]),
@@ -291,6 +310,29 @@ def _claims(items: Any, metrics: list[MetricSpec], rows: list[str], where: str) 
                 margin=float(margin),
             )
         )
+    return out
+
+
+def _requirements(items: Any, rows: list[str], where: str) -> list[Requirement]:
+    if items is None:
+        return []
+    items = [items] if isinstance(items, Mapping) else items
+    if not isinstance(items, list):
+        raise SpecError(f"{where}: requires must be a mapping or a list of them")
+    out = []
+    for i, r in enumerate(items):
+        w = f"{where}: requires[{i}]"
+        if not isinstance(r, Mapping) or not r.get("row") or not r.get("field"):
+            raise SpecError(f"{w}: needs row, field and at_most or at_least")
+        _unknown(w, r, _REQUIRE_KEYS)
+        if r["row"] not in rows:
+            raise SpecError(f"{w}: row {r['row']!r} is not a row label (rows: {', '.join(rows)})")
+        bounds = [r.get(k) for k in ("at_most", "at_least")]
+        if sum(b is not None for b in bounds) != 1 or any(
+            b is not None and (isinstance(b, bool) or not isinstance(b, (int, float))) for b in bounds
+        ):
+            raise SpecError(f"{w}: give exactly one of at_most or at_least, a number")
+        out.append(Requirement(str(r["row"]), str(r["field"]), *(None if b is None else float(b) for b in bounds)))
     return out
 
 
