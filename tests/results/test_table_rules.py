@@ -169,3 +169,12 @@ def test_make_reproduce_table_n_names_the_matching_targets():
     line = next(x for x in listing.stdout.splitlines() if x.startswith("reproduce-lra-table1:"))
     assert "seeds 1,2;" in line and "; estimated time " in line  # the arithmetic: test_listing_estimates_...
     assert "reproduce-synthesizer-table5-t5: rows synthesizer/t5/multitask_superglue_" in listing.stdout
+
+
+def test_a_column_the_paper_has_no_number_for_has_no_paper_column(workspace, put_record):
+    spec = {**SPEC, "metrics": [*SPEC["metrics"], {"ours": "test/char_acc", "label": "In distribution"}]}
+    (workspace / "experiments" / "toy" / "t1.yaml").write_text(yaml.safe_dump(spec))
+    put_record("a")
+    header = next(line for line in render_markdown(_build(workspace)).splitlines() if line.startswith("| Row |"))
+    assert "| In distribution ↑ ours |" in header and "In distribution ↑ paper" not in header
+    assert "| Seq. acc. ↑ paper | Seq. acc. ours |" in header

@@ -71,16 +71,16 @@ def header_and_rows(built: BuiltTable) -> tuple[list[str], list[list[str]]]:
     header = ["Row"]
     for m in built.spec.metrics:
         arrow = "↑" if m.direction == "higher" else "↓"
-        if built.has_paper:
+        if built.has_paper and m.paper_key:
             header += [f"{m.label} {arrow} paper", f"{m.label} ours", *(["Δ"] if built.show_diff else [])]
-        else:
-            header += [f"{m.label} {arrow}"]
+        else:  # ours alone: a table without a paper, or a column the paper has no number for
+            header += [f"{m.label} {arrow}" + (" ours" if built.has_paper else "")]
     header += ["Params", "Tokens/s", "Peak mem (MB)", "Wall (s)"]
     body = []
     for row in built.rows:
         cells = [row.spec.label]
         for m, cell, paper in zip(built.spec.metrics, row.cells, row.paper):
-            if built.has_paper:
+            if built.has_paper and m.paper_key:  # a column the paper has no number for is ours alone
                 cells += [fmt_paper(paper, m.digits), fmt_cell(cell, m.digits)]
                 if built.show_diff:
                     cells.append(fmt_diff(diff_value(cell, paper), m.digits))
