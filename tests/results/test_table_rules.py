@@ -178,3 +178,10 @@ def test_a_column_the_paper_has_no_number_for_has_no_paper_column(workspace, put
     header = next(line for line in render_markdown(_build(workspace)).splitlines() if line.startswith("| Row |"))
     assert "| In distribution ↑ ours |" in header and "In distribution ↑ paper" not in header
     assert "| Seq. acc. ↑ paper | Seq. acc. ours |" in header
+
+
+def test_a_note_that_yaml_reads_as_a_mapping_is_refused():
+    from attnlab.results.errors import SpecError
+
+    with pytest.raises(SpecError, match="quote a note that holds ': '"):
+        spec_from_dict({**SPEC, "notes": [{"in-distribution": "a row that never learned"}]}, "toy/t1")

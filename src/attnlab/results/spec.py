@@ -250,7 +250,12 @@ def spec_from_dict(data: Any, name: str, where: str = "spec") -> TableSpec:
     if not isinstance(match, Mapping):
         raise SpecError(f"{where}: 'match' must be a mapping")
     notes = data.get("notes") or []
-    notes = [notes] if isinstance(notes, str) else [str(n) for n in notes]
+    notes = [notes] if isinstance(notes, str) else notes
+    if not isinstance(notes, list) or not all(isinstance(n, str) for n in notes):
+        raise SpecError(
+            f"{where}: notes must be a list of text lines; quote a note that holds ': ' (unquoted YAML reads it "
+            "as a mapping)"
+        )
     return TableSpec(
         name=name,
         title=str(data["title"]),
