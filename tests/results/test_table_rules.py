@@ -85,6 +85,10 @@ def test_delta_only_at_the_papers_scale(workspace, put_record, monkeypatch):
     md = render_markdown(_build(workspace))
     row = next(line for line in md.splitlines() if line.startswith("| Transformer |"))
     assert "| -5.00 |" in row and "No Δ column" not in md  # 50.00 ours vs 55.0 paper
+    put_record("ut-cpu", seed=1, **{"model.recurrence": "ut"})  # another row, at laptop scale
+    cells = [c.strip() for c in next(line for line in render_markdown(_build(workspace)).splitlines()
+                                     if line.startswith("| UT |")).strip("|").split("|")]  # fmt: skip
+    assert cells[4:7] == ["96.00 (s)", "90.00 (n=1)", ""]  # its char. acc.: paper and ours, no difference
 
 
 def test_pair_cells_need_a_part_and_split_into_two_columns(workspace, put_record):
