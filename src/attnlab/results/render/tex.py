@@ -9,7 +9,8 @@ from attnlab.results.render.common import header_and_rows, source_lines
 _TEX = {
     "\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_", "{": r"\{",
     "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}", "±": r"$\pm$", "Δ": r"$\Delta$",
-    "↑": r"$\uparrow$", "↓": r"$\downarrow$", "†": r"\dag{}", "‡": r"\ddag{}", "—": "---", "…": r"\dots{}",
+    "↑": r"$\uparrow$", "↓": r"$\downarrow$", "≤": r"$\le$", "≥": r"$\ge$", "−": r"$-$", "†": r"\dag{}",
+    "‡": r"\ddag{}", "—": "---", "…": r"\dots{}",
 }  # fmt: skip
 
 
