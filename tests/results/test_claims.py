@@ -150,3 +150,12 @@ def test_a_claim_whose_precondition_the_runs_miss_is_inconclusive(workspace, put
     assert results["dense enough"].status == HELD
     unrecorded = results["unrecorded"]
     assert unrecorded.status == INCONCLUSIVE and "do not record extra.nothing" in unrecorded.reason
+
+
+def test_a_failed_seed_beside_completed_ones_is_said_with_the_result(workspace, put_record):
+    _seeds(put_record, "stacked", [0.30, 0.31, 0.32])
+    _seeds(put_record, "ut", [0.50, 0.51, 0.52])
+    put_record("ut-failed", seed=9, status="failed", error="NaN loss", **{"model.recurrence": "ut",
+               "metrics.final": {}})  # fmt: skip
+    result = _evaluate(workspace, [_claim("ut above", "greater")])["ut above"]
+    assert result.status == HELD and result.n_a == 3 and result.reason == "UT: +1 failed"

@@ -97,7 +97,12 @@ def evaluate_claim(built: BuiltTable, claim: ClaimSpec) -> ClaimResult:
     paper_diff = None if paper_a is None or paper_b is None else paper_a - paper_b
     paper_agrees = None if paper_diff is None else in_range(paper_diff, claim)
 
+    # Seeds left out of a row's numbers (failed, running, corrupt) are said beside any result: never silent.
+    left_out = [f"{r.spec.label}: {r.cells[mi].note}" for r in (row_a, row_b) if r is not None and r.cells[mi].note]
+
     def result(status, interval=None, estimate=None, reason=""):
+        if left_out and status != NOT_RUN:
+            reason = "; ".join([reason, *left_out] if reason else left_out)
         return ClaimResult(claim, status, len(a), n_b, interval, estimate, reason, paper_diff, paper_agrees)
 
     missing = [_why_missing(r, mi) for r, v in ((row_a, a), (row_b, b)) if r is not None and not v]
