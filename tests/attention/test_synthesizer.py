@@ -44,7 +44,7 @@ def test_parameter_counts_with_biases_and_table7_functions(make):
     b = d // 4
     expected = {
         "dense": d * d + d + head,
-        "linear": head,
+        "linear": H * (d * L + L),  # F: R^d -> R^l per head, reading the whole token
         "bottleneck": d * b + b + b * L + H * L,
         "glu": 2 * d * d + 2 * d + head,
         "conv3": 3 * d * d + d + 3 * d * L + H * L,
@@ -207,6 +207,22 @@ def test_table7_functions_are_causal_padding_safe_and_decode(make, fn):
     bi = make("synth_dense", synthesizer_fn=fn)
     y = bi(x, key_padding_mask=pad)
     torch.testing.assert_close(y[1, :15], bi(x[1:2, :15])[0], atol=1e-5, rtol=1e-5)
+
+
+def test_linear_synthesizer_reads_the_whole_token_in_every_head(make):
+    # Table 7 "Linear": F maps the whole token R^d -> R^l (per head); a head that reads only its d/H slice
+    # of X_i would ignore a change confined to another head's channels.
+    c = make("synth_dense", synthesizer_fn="linear").components["dense"]
+    x = torch.randn(1, 5, D_MODEL)
+    moved = x.clone()
+    moved[..., :DH] += 1.0  # only the first head's slice changes
+    kw = {"offset": 0, "key_len": 5, "cache": None, "pad": None}
+    delta = (c.logits(moved, **kw) - c.logits(x, **kw)).abs().amax(dim=(0, 2, 3))
+    assert bool((delta > 1e-3).all()), delta  # every head's logits move
+    # Independent reference: logits[h, i, j] = x_i . W_h[:, j] + b_h[j] with W_h a (d, l) matrix per head.
+    w, b = c.head.weight, c.head.bias
+    ref = torch.stack([x[0] @ w[h] + b[h] for h in range(HEADS)])[..., :5]
+    torch.testing.assert_close(c.logits(x, **kw)[0], ref)
 
 
 def test_random_synthesizers_are_input_independent(make):

@@ -74,18 +74,22 @@ class MixtureWeightOptions:
 
 # -- logit components ---------------------------------------------------------------------------------
 class PerHeadLinear(nn.Module):
-    """(B, n, H * d_in) -> (B, H, n, d_out): an independent linear map per head."""
+    """An independent linear map per head: (B, n, H * d_in) -> (B, H, n, d_out), head h reading its own
+    slice of the input; with ``whole_input`` every head reads the whole (B, n, d_in) vector instead."""
 
-    def __init__(self, num_heads: int, d_in: int, d_out: int, bias: bool) -> None:
+    def __init__(self, num_heads: int, d_in: int, d_out: int, bias: bool, *, whole_input: bool = False) -> None:
         super().__init__()
         bound = d_in**-0.5  # nn.Linear's default init range
         self.weight = nn.Parameter(torch.empty(num_heads, d_in, d_out).uniform_(-bound, bound))
         self.bias = nn.Parameter(torch.empty(num_heads, d_out).uniform_(-bound, bound)) if bias else None
-        self.num_heads = num_heads
+        self.num_heads, self.whole_input = num_heads, whole_input
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, n, _ = x.shape
-        y = torch.einsum("bnhi,hio->bhno", x.view(b, n, self.num_heads, -1), self.weight)
+        if self.whole_input:
+            y = torch.einsum("bni,hio->bhno", x, self.weight)
+        else:
+            y = torch.einsum("bnhi,hio->bhno", x.view(b, n, self.num_heads, -1), self.weight)
         return y if self.bias is None else y + self.bias[None, :, None, :]
 
 
@@ -103,7 +107,8 @@ class DenseLogits(SynthComponent):
     F by ``synthesizer_fn`` (Table 7), all ending in a per-head map to l_max so that each head has its
     own logits (Table 1 counts d^2 + d*l for ``dense``):
     - dense: Linear(d, d) -> ReLU -> per-head Linear(d_h, l)  (eq. 2).
-    - linear: per-head Linear(d_h, l) on X split into heads (dense without the hidden layer).
+    - linear: per-head Linear(d, l) on the whole token X_i (the paper's F: R^d -> R^l, one per head;
+      dense without the hidden layer). Reading only the head's d/H slice would be a narrower F.
     - bottleneck: Linear(d, b) -> ReLU -> per-head Linear(b/H, l), b = ``bottleneck_dim`` (d/4 default).
     - glu: GLU(Linear(d, 2d)) -> per-head Linear(d_h, l).
     - conv3 / conv5: Conv1d(d, d, k) -> ReLU -> grouped Conv1d(d, H*l, k, groups=H) along the sequence
@@ -128,7 +133,8 @@ class DenseLogits(SynthComponent):
             width = d_model
         elif fn == "linear":
             self.hidden = nn.Identity()
-            width = d_model
+            self.head = PerHeadLinear(num_heads, d_model, l_max, bias, whole_input=True)
+            return
         elif fn == "bottleneck":
             width = bottleneck_dim or num_heads * max(1, d_model // (4 * num_heads))
             if width % num_heads:
