@@ -147,8 +147,9 @@ def model_config(cfg: DictConfig, task: TaskData) -> dict[str, Any]:
     if "seed" in attention and attention["seed"] is None:  # fixed random R: drawn from the run seed per layer
         attention["seed"] = int(cfg.seed)
     if "train_length_p975" in attention and attention["train_length_p975"] is None and task.train_lengths:
-        lengths = torch.tensor(task.train_lengths, dtype=torch.float64)
-        attention["train_length_p975"] = float(torch.quantile(lengths, 0.975))
+        from attnlab.attention.qknorm import length_p975
+
+        attention["train_length_p975"] = length_p975(task.train_lengths)
     return model
 
 
