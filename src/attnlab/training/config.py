@@ -69,6 +69,7 @@ class OptimSchema:
     label_smoothing: float
     grad_clip: float
     plateau: Any = None   # null, or training/plateau.py PlateauOptions: decay on a validation plateau, stop_lr
+    freeze_embeddings: bool = False  # token embeddings and output softmax kept fixed (Synthesizer T5 fine-tuning)
 
 
 @dataclass

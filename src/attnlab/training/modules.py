@@ -26,6 +26,17 @@ def count_parameters(model: torch.nn.Module) -> dict[str, int]:
     }
 
 
+def freeze_embeddings(model: torch.nn.Module) -> list[str]:
+    """Keep the token embeddings and the output softmax fixed (no gradient, not in the optimizer): the
+    Synthesizer paper's T5 fine-tuning keeps them fixed. Returns the frozen parameters' names."""
+    frozen = []
+    for name, p in model.named_parameters(remove_duplicate=False):
+        if name.endswith("tokens.weight") or name == "output.weight":
+            p.requires_grad_(False)
+            frozen.append(name)
+    return frozen
+
+
 class TaskModule(L.LightningModule):
     """Shared optimisation, aux-loss handling (ACT ponder terms) and logging."""
 
@@ -35,6 +46,8 @@ class TaskModule(L.LightningModule):
         self.save_hyperparameters()
         self.model_cfg, self.optim_cfg, self.task_info, self.eval_cfg = model_cfg, optim_cfg, task_info, eval_cfg
         self.model = self.build_model()
+        if optim_cfg.get("freeze_embeddings"):
+            freeze_embeddings(self.model)
         self._tokens_seen = 0
         self.eval_split_names: list[str] = list(task_info.get("eval_splits", {"test": "test"}))
         # Set by build_module from the task (plain callables and strings, not hyperparameters): whole-split
