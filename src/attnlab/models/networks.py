@@ -9,6 +9,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from attnlab.attention.seeding import draw_per_layer
 from attnlab.models.blocks import LayerSpec, sinusoid_table
 from attnlab.models.recurrence import build_decoder_stack, build_encoder_stack
 
@@ -128,6 +129,7 @@ class EncoderDecoder(nn.Module):
         self.output = nn.Linear(cfg["d_model"], tgt_vocab, bias=False)
         if cfg["tie_output"]:
             self.output.weight = self.tgt_embed.tokens.weight
+        draw_per_layer(self)
 
     def encode(self, src: torch.Tensor):
         padding = src.eq(self.pad_id)
@@ -165,6 +167,7 @@ class DecoderLM(nn.Module):
         self.output = nn.Linear(cfg["d_model"], vocab, bias=False)
         if cfg["tie_output"]:
             self.output.weight = self.embed.tokens.weight
+        draw_per_layer(self)
 
     def forward(self, ids: torch.Tensor, *, cache: dict | None = None):
         offset = 0 if cache is None else int(cache.get("length", 0))
@@ -192,6 +195,7 @@ class EncoderClassifier(nn.Module):
             nn.Linear(cfg["d_model"], cfg["d_model"]), nn.Tanh(), nn.Dropout(cfg["dropout"]),
             nn.Linear(cfg["d_model"], num_classes),
         )
+        draw_per_layer(self)
 
     def forward(self, ids: torch.Tensor):
         padding = ids.eq(self.pad_id)

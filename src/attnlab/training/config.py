@@ -69,6 +69,8 @@ class OptimSchema:
     min_lr_ratio: float
     label_smoothing: float
     grad_clip: float
+    plateau: Any = None   # null, or training/plateau.py PlateauOptions: decay on a validation plateau, stop_lr
+    freeze_embeddings: bool = False  # token embeddings and output softmax kept fixed (Synthesizer T5 fine-tuning)
 
 
 @dataclass
@@ -143,6 +145,7 @@ CHOICES = {
     "optim.schedule": ("inverse_sqrt", "cosine", "constant"),
     "task.decoding.strategy": ("greedy", "beam"),
     "task.decoding.length_penalty": ("gnmt", "fairseq"),
+    "test_weights": ("last", "best"),
 }
 
 POSITIVE = ("model.d_model", "model.num_heads", "model.d_ff", "hardware.devices", "hardware.num_nodes",
@@ -218,6 +221,18 @@ def validate(cfg: DictConfig) -> None:
         )
     _check_options(cfg.model.recurrence, recurrence_options(recurrence), "model.recurrence",
                    f"recurrence {recurrence}")
+
+    if cfg.optim.get("plateau") is not None:
+        from attnlab.training.plateau import PlateauOptions
+
+        _check_options(cfg.optim.plateau, PlateauOptions, "optim.plateau", "the plateau decay")
+        try:
+            PlateauOptions(**OmegaConf.to_container(cfg.optim.plateau, resolve=True))
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+    if cfg.get("test_weights") == "best" and not _get(cfg, "callbacks.checkpoint.save_top_k"):
+        raise ConfigError("test_weights=best needs a best checkpoint: set callbacks.checkpoint.save_top_k >= 1 "
+                          "(and callbacks.checkpoint.monitor to the validation metric that picks it)")
 
     loader = cfg.task.get("loader")
     schema = task_schema(loader)

@@ -26,6 +26,17 @@ def count_parameters(model: torch.nn.Module) -> dict[str, int]:
     }
 
 
+def freeze_embeddings(model: torch.nn.Module) -> list[str]:
+    """Keep the token embeddings and the output softmax fixed (no gradient, not in the optimizer): the
+    Synthesizer paper's T5 fine-tuning keeps them fixed. Returns the frozen parameters' names."""
+    frozen = []
+    for name, p in model.named_parameters(remove_duplicate=False):
+        if name.endswith("tokens.weight") or name == "output.weight":
+            p.requires_grad_(False)
+            frozen.append(name)
+    return frozen
+
+
 class TaskModule(L.LightningModule):
     """Shared optimisation, aux-loss handling (ACT ponder terms) and logging."""
 
@@ -35,6 +46,8 @@ class TaskModule(L.LightningModule):
         self.save_hyperparameters()
         self.model_cfg, self.optim_cfg, self.task_info, self.eval_cfg = model_cfg, optim_cfg, task_info, eval_cfg
         self.model = self.build_model()
+        if optim_cfg.get("freeze_embeddings"):
+            freeze_embeddings(self.model)
         self._tokens_seen = 0
         self.eval_split_names: list[str] = list(task_info.get("eval_splits", {"test": "test"}))
         # Set by build_module from the task (plain callables and strings, not hyperparameters): whole-split
@@ -117,8 +130,11 @@ class TaskModule(L.LightningModule):
             self.log(f"{self.eval_prefix(idx)}/{key}", float(value), add_dataloader_idx=False, sync_dist=False)
 
     def _score_split(self, idx: int) -> dict[str, float]:
+        split = list(self.task_info["eval_splits"].values())[idx]
+        return self._score_outputs(self._hypotheses.get(idx, []), split)
+
+    def _score_outputs(self, pairs: list[tuple[int, Any]], split: str) -> dict[str, float]:
         """Scores over the whole split: outputs are gathered from every rank, then scored once."""
-        pairs = self._hypotheses.get(idx, [])
         if torch.distributed.is_available() and torch.distributed.is_initialized():
             gathered: list = [None] * torch.distributed.get_world_size()
             torch.distributed.all_gather_object(gathered, pairs)
@@ -126,7 +142,6 @@ class TaskModule(L.LightningModule):
         if not pairs:
             return {}
         by_index = dict(pairs)  # a DistributedSampler may repeat an example to even out ranks
-        split = list(self.task_info["eval_splits"].values())[idx]
         refs = self.references[split]
         order = sorted(by_index)
         return self.text_scorer([by_index[i] for i in order], [refs[i] for i in order])
@@ -183,7 +198,15 @@ class Seq2SeqModule(TaskModule):
         _, nll, tokens = _label_smoothed_nll(logits, batch["tgt_out"], self.task_info["pad_id"], 0.0)
         self.val_ppl.update(nll, tokens)
         if self.eval_cfg["decode_in_validation"]:
-            self.val_acc.update(self.decode(batch["src"]), batch["tgt_out"])
+            predictions = self.decode(batch["src"])
+            self.val_acc.update(predictions, batch["tgt_out"])
+            if self.text_scorer is not None and "ref_index" in batch and "val" in self.references:
+                # Dev BLEU (and the task's other text scores) for checkpoint selection and plateau decay.
+                self._val_outputs.extend(zip(batch["ref_index"].tolist(),
+                                             [self.detokenize(row) for row in predictions.tolist()]))
+
+    def on_validation_epoch_start(self):
+        self._val_outputs: list[tuple[int, Any]] = []
 
     def on_validation_epoch_end(self):
         ppl = self.val_ppl.compute()
@@ -194,6 +217,10 @@ class Seq2SeqModule(TaskModule):
             for key, value in self.val_acc.compute().items():
                 self.log(f"val/{key}", value.float(), prog_bar=key == "seq_acc")
             self.val_acc.reset()
+            outputs, self._val_outputs = getattr(self, "_val_outputs", []), []
+            if self.text_scorer is not None and "val" in self.references:  # every rank: scoring gathers
+                for key, value in self._score_outputs(outputs, "val").items():
+                    self.log(f"val/{key}", float(value), sync_dist=False, prog_bar=key == "bleu")
 
     def test_step(self, batch, batch_idx, dataloader_idx: int = 0):
         predictions = self.decode(batch["src"])

@@ -144,9 +144,12 @@ def model_config(cfg: DictConfig, task: TaskData) -> dict[str, Any]:
             f"raise model.max_len or shorten the task"
         )
     attention = model["attention"]
+    if "seed" in attention and attention["seed"] is None:  # fixed random R: drawn from the run seed per layer
+        attention["seed"] = int(cfg.seed)
     if "train_length_p975" in attention and attention["train_length_p975"] is None and task.train_lengths:
-        lengths = torch.tensor(task.train_lengths, dtype=torch.float64)
-        attention["train_length_p975"] = float(torch.quantile(lengths, 0.975))
+        from attnlab.attention.qknorm import length_p975
+
+        attention["train_length_p975"] = length_p975(task.train_lengths)
     return model
 
 
@@ -351,6 +354,11 @@ def build_callbacks(cfg: DictConfig, run_dir: Path) -> list:
         callbacks.append(MFUCallback(log_every=cfg.trainer.log_every_n_steps))
     if c.get("ponder_stats") and cfg.model.recurrence.name.endswith("act"):
         callbacks.append(PonderStats(str(run_dir), sample_size=c.ponder_stats.sample_size))
+    if cfg.optim.get("plateau") is not None:
+        from attnlab.training.plateau import PlateauDecay, PlateauOptions
+
+        options = PlateauOptions(**OmegaConf.to_container(cfg.optim.plateau, resolve=True))
+        callbacks.append(PlateauDecay(options, warmup_steps=cfg.optim.warmup_steps))
     if c.get("record_attention"):
         from attnlab.training.attention_record import AttentionWeightsHistogram
 
@@ -507,6 +515,7 @@ def run(cfg: DictConfig, *, run_dir: str | os.PathLike | None = None, command: s
     warnings.filterwarnings("ignore", message=".*`training_step` returned `None`.*")
     try:
         trainer.fit(module, datamodule=datamodule, ckpt_path=resume_path, weights_only=True)
+        tested = load_test_weights(cfg, module, callbacks, trainer.global_step)
         trainer.test(module, datamodule=datamodule, verbose=False)
     except OSError as exc:
         if exc.errno in STORAGE_ERRNOS:  # the disk filled up or the folder became read-only mid-run
@@ -530,6 +539,8 @@ def run(cfg: DictConfig, *, run_dir: str | os.PathLike | None = None, command: s
 
     record = _record(cfg, run_dir, command, trainer, module, callbacks, task, started, status="completed",
                      config_hash=asked_hash)
+    record["metric_flavours"]["test_weights"] = tested.pop("flavour")
+    record["extra"]["test_checkpoint"] = tested
     if resume_path is not None:
         record["extra"]["resumed_from"] = str(Path(resume_path).resolve())
     if trainer.is_global_zero:
@@ -538,6 +549,29 @@ def run(cfg: DictConfig, *, run_dir: str | os.PathLike | None = None, command: s
         if lg.__class__.__name__ == "WandbLogger":
             _finish_wandb()
     return record
+
+
+def load_test_weights(cfg: DictConfig, module: TaskModule, callbacks: list, final_step: int) -> dict[str, Any]:
+    """Put the weights the test splits are scored with into ``module`` (``test_weights``) and describe them:
+    ``last`` keeps the final weights; ``best`` loads the checkpoint best by ``callbacks.checkpoint.monitor``
+    (QKNorm tests its best-dev-BLEU checkpoint). Returns the record's description, ``flavour`` included."""
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    if cfg.get("test_weights", "last") == "last":
+        return {"weights": "last", "step": final_step, "flavour": "last weights (end of training)"}
+    best = next((c for c in callbacks if isinstance(c, ModelCheckpoint)), None)
+    monitor, mode = cfg.callbacks.checkpoint.monitor, cfg.callbacks.checkpoint.mode
+    flavour = f"best checkpoint by {monitor} ({mode})"
+    if best is None or not best.best_model_path:
+        log.warning("test_weights=best, but no checkpoint was selected by %s (no validation ran): testing the "
+                    "last weights", monitor)
+        return {"weights": "last", "step": final_step, "flavour": "last weights (no validation ran)"}
+    ckpt = load_checkpoint_file(Path(best.best_model_path))
+    module.load_state_dict(ckpt["state_dict"])
+    score = best.best_model_score
+    log.info("testing the best checkpoint by %s: %s", monitor, best.best_model_path)
+    return {"weights": "best", "monitor": monitor, "mode": mode, "step": checkpoint_step(ckpt),
+            "score": None if score is None else float(score), "path": str(best.best_model_path), "flavour": flavour}
 
 
 def _record(cfg: DictConfig, run_dir: Path, command: str | None, trainer: L.Trainer, module: TaskModule,
