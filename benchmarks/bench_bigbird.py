@@ -109,12 +109,13 @@ def make_case(name: str, length: int):
 
     module = _bigbird(length, causal)
     plan = module.plan_for_length(length)
-    if base in ("blocked", "reference", "blocked_recompute"):
+    if base in ("blocked", "reference", "blocked_recompute", "blocked_saveprobs"):
         from attnlab.attention.kernels.blocksparse_blocked import blocked_blocksparse_attention
         from attnlab.attention.kernels.blocksparse_reference import blocksparse_attention
 
         fn = {"blocked": blocked_blocksparse_attention, "reference": blocksparse_attention,
-              "blocked_recompute": lambda *a: blocked_blocksparse_attention(*a, save_probs=False)}[base]
+              "blocked_recompute": lambda *a: blocked_blocksparse_attention(*a, save_probs=False),
+              "blocked_saveprobs": lambda *a: blocked_blocksparse_attention(*a, save_probs=True)}[base]
 
         def run():
             clear()

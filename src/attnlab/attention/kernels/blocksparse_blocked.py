@@ -207,14 +207,13 @@ def _chunk_probs(qc, kc, lay, lo, hi, pad_g, e, bs):
     return torch.softmax(s, dim=-1), dead
 
 
-def _dense_probs(qd, kd, plan, dense, pad, e, bs):
-    """Dense rows: qd (B, H, 1, G*bs, Dh) over all keys kd (B, H, 1, E + L, Dh)."""
+def _dense_probs(qd, kd, plan, q_pos, pad, e):
+    """Dense rows: queries qd (B, H, 1, Q, Dh) at positions q_pos (Q,) over all keys kd (B, H, 1, E + L, Dh)."""
     s = torch.matmul(qd, kd.transpose(-1, -2))
     neg = torch.finfo(s.dtype).min
     length = kd.shape[3] - e
     if plan.causal:
-        q_pos = (dense[:, None] * bs + torch.arange(bs, device=qd.device)).reshape(-1, 1)
-        s[..., e:].masked_fill_(torch.arange(length, device=qd.device) > q_pos, neg)
+        s[..., e:].masked_fill_(torch.arange(length, device=qd.device) > q_pos[:, None], neg)
     dead = None
     if pad is not None:
         s[..., e:].masked_fill_(pad[:, None, None, None, :], neg)
@@ -222,6 +221,14 @@ def _dense_probs(qd, kd, plan, dense, pad, e, bs):
         dead = s.amax(-1, keepdim=True) == neg
         dead = dead if bool(dead.any()) else None
     return torch.softmax(s, dim=-1), dead
+
+
+def _dense_tasks(plan: BlockSparsePlan, b: int, h: int, keys: int, itemsize: int, chunk_bytes: int) -> list:
+    """("d", block, first query, last query): the dense rows (global query blocks) cut into pieces of
+    query rows whose scores over all keys fit ``chunk_bytes``, so no L x block temporary is built."""
+    bs = plan.block_size
+    rows = max(1, min(bs, chunk_bytes // max(1, b * h * keys * itemsize)))
+    return [("d", int(blk), lo, min(bs, lo + rows)) for blk in plan.dense_rows.tolist() for lo in range(0, bs, rows)]
 
 
 class _BlockSparseAttention(torch.autograd.Function):
@@ -273,11 +280,12 @@ def _forward(q, k, v, extra_k, extra_v, plan, pad, scale, chunk_bytes, keep_prob
     rows, rng, flat = plan.row_blocks, lay["rows_range"], lay["flat"]
     dense = plan.dense_rows
     chunks = _chunks(plan, lay, b, h, e, q.element_size(), chunk_bytes) if rows.numel() else []
-    tasks = [("d", i) for i in range(dense.numel())] + [("s", *c) for c in chunks]
+    dtasks = _dense_tasks(plan, b, h, e + length, q.element_size(), chunk_bytes)
+    tasks = [(*t, i) for i, t in enumerate(dtasks)] + [("s", *c) for c in chunks]
     probs: dict | None = None
     if keep_probs:
         probs = {"rows": [None] * len(chunks), "dead": [None] * len(chunks),
-                 "dense": [None] * dense.numel(), "dense_dead": [None] * dense.numel()}
+                 "dense": [None] * len(dtasks), "dense_dead": [None] * len(dtasks)}
     pad_g = _pad_gathered(pad, lay, b, nb, bs) if chunks else None
     kd = _extra_all(k, extra_k) if dense.numel() else None
     vd = _extra_all(v, extra_v) if dense.numel() else None
@@ -285,10 +293,10 @@ def _forward(q, k, v, extra_k, extra_v, plan, pad, scale, chunk_bytes, keep_prob
     def work(part, _):
         for task in part:
             if task[0] == "d":
-                i = task[1]
-                blk = dense[i : i + 1]
-                p, dead = _dense_probs(qb[:, :, blk] * scale, kd, plan, blk, pad, e, bs)
-                ob[:, :, blk] = torch.matmul(p, vd)
+                _, blk, lo, hi, i = task
+                q_pos = torch.arange(blk * bs + lo, blk * bs + hi, device=q.device)
+                p, dead = _dense_probs(qb[:, :, blk : blk + 1, lo:hi] * scale, kd, plan, q_pos, pad, e)
+                ob[:, :, blk, lo:hi] = torch.matmul(p, vd)[:, :, 0]
                 if probs is not None:
                     probs["dense"][i], probs["dense_dead"][i] = p, dead
                 continue
@@ -326,7 +334,7 @@ def _backward(q, k, v, extra_k, extra_v, out, dout, plan, pad, scale, chunk_byte
     bs, nb = plan.block_size, plan.num_blocks
     lay = _layout(plan, h)
     e = 0 if extra_k is None else extra_k.shape[1]
-    delta = (dout * out).sum(-1, keepdim=True)  # (B, H, L, 1)
+    delta = torch.matmul(dout.unsqueeze(-2), out.unsqueeze(-1))[..., 0]  # rowsum(dO * O), (B, H, L, 1), no L x Dh temporary
     dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
     dek = None if extra_k is None else q.new_zeros(b, *extra_k.shape)
     dev_ = None if extra_v is None else q.new_zeros(b, *extra_v.shape)
@@ -337,7 +345,8 @@ def _backward(q, k, v, extra_k, extra_v, out, dout, plan, pad, scale, chunk_byte
 
     dense = plan.dense_rows
     chunks = _chunks(plan, lay, b, h, e, q.element_size(), chunk_bytes) if rows.numel() else []
-    tasks = [("d", i) for i in range(dense.numel())] + [("s", *c) for c in chunks]
+    dtasks = _dense_tasks(plan, b, h, e + length, q.element_size(), chunk_bytes)
+    tasks = [(*t, i) for i, t in enumerate(dtasks)] + [("s", *c) for c in chunks]
     nparts = max(1, min(workers, len(tasks)))
     # dK/dV: one buffer shared by the workers (per-worker copies would double the gradient memory). The
     # accumulations run in task order, one at a time (a turnstile), so the sums are bitwise the same for
@@ -384,21 +393,29 @@ def _backward(q, k, v, extra_k, extra_v, out, dout, plan, pad, scale, chunk_byte
 
     def one(t, task):
         if task[0] == "d":
-            i = task[1]
-            blk = dense[i : i + 1]
-            qd = qb[:, :, blk] * scale
+            _, blk, lo, hi, i = task
+            qd = qb[:, :, blk : blk + 1, lo:hi] * scale  # (B, H, 1, Q, Dh)
             if probs is not None:
                 p, dead = probs["dense"][i], probs["dense_dead"][i]
                 probs["dense"][i] = None
             else:
-                p, dead = _dense_probs(qd, kd, plan, blk, pad, e, bs)
-            gq, gk, gv = _chunk_grads(p, dead, qd, kd, vd, dob[:, :, blk], deltab[:, :, blk])
-            del p
-            dqb[:, :, blk] = gq
+                q_pos = torch.arange(blk * bs + lo, blk * bs + hi, device=q.device)
+                p, dead = _dense_probs(qd, kd, plan, q_pos, pad, e)
+            doc = dob[:, :, blk : blk + 1, lo:hi]
+            ds = torch.matmul(doc, vd.transpose(-1, -2))
+            ds.sub_(deltab[:, :, blk : blk + 1, lo:hi]).mul_(p)
+            if dead is not None:
+                ds.masked_fill_(dead, 0.0)
+            dqb[:, :, blk, lo:hi] = torch.matmul(ds, kd)[:, :, 0]
+            n = hi - lo
+            # dK += dS^T Q and dV += P^T dO accumulate in place: no (L x Dh) temporary per piece.
             with in_order(t):
-                gk, gv = split_extra(gk, gv)
-                dk.add_(gk[:, :, 0])
-                dv.add_(gv[:, :, 0])
+                pt, dst = p[:, :, 0, :, e:].transpose(-1, -2), ds[:, :, 0, :, e:].transpose(-1, -2)
+                dv.view(b * h, length, d).baddbmm_(pt.reshape(b * h, length, n), doc.reshape(b * h, n, d))
+                dk.view(b * h, length, d).baddbmm_(dst.reshape(b * h, length, n), qd.reshape(b * h, n, d))
+                if e:
+                    dev_.add_(torch.matmul(p[:, :, 0, :, :e].transpose(-1, -2), doc[:, :, 0]))
+                    dek.add_(torch.matmul(ds[:, :, 0, :, :e].transpose(-1, -2), qd[:, :, 0]))
             return
         _, j, lo, hi = task
         qc, kc = _rows(qb, rows, rng, lo, hi) * scale, _gather(kb, flat, lo, hi, extra_k)
@@ -442,7 +459,7 @@ def blocked_blocksparse_attention(
     extra_v: torch.Tensor | None = None,
     scale: float | None = None,
     chunk_bytes: int = DEFAULT_CHUNK_BYTES,
-    save_probs: bool = True,
+    save_probs: bool = False,
     workers: int | None = None,
 ) -> torch.Tensor:
     """Drop-in for ``blocksparse_attention`` (same arguments, same result) with a chunked forward and a
