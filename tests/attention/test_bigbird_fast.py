@@ -171,3 +171,50 @@ def test_flex_on_cuda_equals_reference_in_value_and_gradient(causal):
     g = torch.randn_like(ref)
     for a, b in zip(torch.autograd.grad(ref, (q, k, v), g), torch.autograd.grad(out, (q, k, v), g)):
         torch.testing.assert_close(b, a, atol=2e-3, rtol=2e-3)
+
+
+def _flex_and_reference(max_len=512):
+    kw = dict(d_model=128, num_heads=2, max_len=max_len, block_size=64, num_random_blocks=2, dense_fallback_len=0)
+    torch.manual_seed(0)
+    flex = build_attention("bigbird", impl="flex", **kw).eval()
+    ref = build_attention("bigbird", impl="reference", **kw).eval()
+    ref.load_state_dict(flex.state_dict())
+    return flex, ref
+
+
+@pytest.mark.slow
+def test_compiled_flex_module_equals_reference_over_length_buckets():
+    """The compiled path (CPU forward) with per-head plans, at lengths of two buckets, with padding: it
+    follows the sparse plan (a dense BlockMask would differ from the reference by far more than 1e-4)."""
+    from attnlab.attention.kernels.blocksparse_flex import flex_bucket
+
+    flex, ref = _flex_and_reference()
+    assert flex_bucket(3, 8) == 4 and flex_bucket(5, 8) == 8 and flex_bucket(8, 8) == 8
+    for length in (130, 450):
+        x = torch.randn(2, length, 128)
+        pad = torch.arange(length)[None] >= torch.tensor([length, length - 50])[:, None]
+        with torch.no_grad():
+            torch.testing.assert_close(flex(x, key_padding_mask=pad)[~pad], ref(x, key_padding_mask=pad)[~pad],
+                                       atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.slow
+def test_flex_past_the_recompile_limit_logs_once_and_stays_sparse(caplog, monkeypatch):
+    """Issue 13.5: once dynamo would fall back to the unfused L x L kernel, the module logs one warning and
+    serves the call with the blocked kernel, still equal to the reference."""
+    import logging
+
+    from attnlab.attention.kernels import blocksparse_flex
+
+    monkeypatch.setattr(blocksparse_flex, "_FALLEN_BACK", set())
+    torch._dynamo.reset()
+    blocksparse_flex._compiled.cache_clear()
+    flex, ref = _flex_and_reference()
+    with torch._dynamo.config.patch(recompile_limit=1), caplog.at_level(logging.WARNING), torch.no_grad():
+        for length in (130, 450, 300, 450):
+            x = torch.randn(1, length, 128)
+            torch.testing.assert_close(flex(x), ref(x), atol=1e-4, rtol=1e-4)
+    warnings = [r for r in caplog.records if "recompile limit" in r.getMessage()]
+    assert len(warnings) == 1
+    torch._dynamo.reset()
+    blocksparse_flex._compiled.cache_clear()

@@ -334,8 +334,10 @@ def _backward(q, k, v, extra_k, extra_v, out, dout, plan, pad, scale, chunk_byte
     bs, nb = plan.block_size, plan.num_blocks
     lay = _layout(plan, h)
     e = 0 if extra_k is None else extra_k.shape[1]
-    delta = torch.matmul(dout.unsqueeze(-2), out.unsqueeze(-1))[..., 0]  # rowsum(dO * O), (B, H, L, 1), no L x Dh temporary
-    dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
+    # rowsum(dO * O), (B, H, L, 1), without an L x Dh temporary
+    delta = torch.matmul(dout.unsqueeze(-2), out.unsqueeze(-1))[..., 0]
+    dq = torch.empty_like(q)  # every query row is written once: by its sparse chunk or its dense piece
+    dk, dv = torch.zeros_like(k), torch.zeros_like(v)
     dek = None if extra_k is None else q.new_zeros(b, *extra_k.shape)
     dev_ = None if extra_v is None else q.new_zeros(b, *extra_v.shape)
     qb, kb, vb, dob, dqb = (t.view(b, h, nb, bs, d) for t in (q, k, v, dout, dq))
