@@ -7,11 +7,12 @@ key padding) are "partial" blocks evaluated with ``mask_mod``, the others "full"
 
 Per-head plans (``plan.key_blocks`` of shape (P, R, K)) become a BlockMask with P heads (P = 1 broadcasts).
 
-Compilation: ``torch.compile(flex_attention, fullgraph=True)`` with dynamo's automatic dynamic shapes, fed
-lengths bucketed by the caller (``flex_bucket``: powers of two of blocks, capped at the plan frame), so a
-run compiles a handful of graphs. Should dynamo still hit its recompile limit, it would silently run the
-unfused eager version, which materialises L x L scores; with ``fullgraph=True`` it raises instead, and this
-module logs once and serves the call (and later ones) with the blocked kernel, which keeps memory linear.
+Compilation: ``torch.compile(flex_attention, fullgraph=True)`` (automatic dynamic shapes on CUDA, static
+on CPU: ``_compiled_for``), fed lengths bucketed by the caller (``flex_bucket``: powers of two of blocks,
+capped at the plan frame), so a run compiles a handful of graphs. Should dynamo still hit its recompile
+limit, it would silently run the unfused eager version, which materialises L x L scores; with
+``fullgraph=True`` it raises instead, and this module logs once and serves the call (and later ones) with
+the blocked kernel, which keeps memory linear.
 
 Differences from the reference, both outside its contract: a query row whose keys are all masked (a
 padded position that sees only padding) gets 0 instead of the reference's uniform average, and ETC extra
@@ -58,9 +59,16 @@ def flex_bucket(num_blocks: int, max_blocks: int) -> int:
     return max(num_blocks, min(bucket, max_blocks))
 
 
-@functools.lru_cache(maxsize=1)
-def _compiled():
-    return torch.compile(flex_attention, fullgraph=True)
+@functools.lru_cache(maxsize=2)
+def _compiled(dynamic: bool | None):
+    return torch.compile(flex_attention, fullgraph=True, dynamic=dynamic)
+
+
+def _compiled_for(device: torch.device):
+    """CUDA: dynamo's automatic dynamic shapes (one graph for the lengths and batch sizes after a first
+    recompile). CPU: static shapes per bucket, because torch 2.13's inductor CPU template fails to compile
+    FlexAttention with dynamic shapes (C++ error 'cur_kvSplitSize5 was not declared', seen here)."""
+    return _compiled(None if device.type == "cuda" else False)
 
 
 def plan_to_block_mask(plan: BlockSparsePlan, key_padding_mask: torch.Tensor | None, batch: int):
@@ -134,7 +142,7 @@ def flex_blocksparse_attention(
     if q.device in _FALLEN_BACK:
         return blocked_blocksparse_attention(q, k, v, plan, key_padding_mask=pad, scale=scale)
     try:
-        return _compiled()(q, k, v, block_mask=block_mask, scale=scale)
+        return _compiled_for(q.device)(q, k, v, block_mask=block_mask, scale=scale)
     except torch._dynamo.exc.FailOnRecompileLimitHit:
         _FALLEN_BACK.add(q.device)
         log.warning("bigbird: compiled FlexAttention hit torch._dynamo's recompile limit on %s; this and later "
