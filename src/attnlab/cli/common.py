@@ -87,20 +87,23 @@ def fail(message: str, code: int = 2) -> None:
     raise SystemExit(code)
 
 
-def compose(config_name: str, overrides: list[str]) -> DictConfig:
+def compose(config_name: str, overrides: list[str], *, with_hydra: bool = False) -> DictConfig:
+    """The config Hydra composes for ``config_name`` (plus Hydra's own section with ``with_hydra``, named
+    as ``@hydra.main`` in ``cli/<config_name>.py`` names its job)."""
     from hydra import compose as hydra_compose
     from hydra import initialize_config_module
     from hydra.core.global_hydra import GlobalHydra
 
     GlobalHydra.instance().clear()
-    with initialize_config_module(config_module="attnlab.conf", version_base="1.3"):
-        return hydra_compose(config_name=config_name, overrides=overrides)
+    with initialize_config_module(config_module="attnlab.conf", version_base="1.3", job_name=config_name):
+        return hydra_compose(config_name=config_name, overrides=overrides, return_hydra_config=with_hydra)
 
 
 def compose_checked(config_name: str, overrides: list[str]) -> DictConfig:
     """Compose, apply the scale and validate, as the run will; raises the user errors above."""
     from attnlab.training.config import validate
-    from attnlab.training.run import apply_scale, check_resume_config
+    from attnlab.training.run import check_resume_config
+    from attnlab.training.scale import apply_scale
 
     cfg = compose(config_name, overrides)
     apply_scale(cfg, overrides)
