@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from attnlab.cli.train import main as train_main
-from tests.conftest import TINY, TINY_ALGO
+from tests.conftest import TINY, TINY_ALGO, train_cli
 
 
 def _printed(argv: list[str], capsys):
@@ -83,12 +83,7 @@ def scaled_run(tmp_path_factory):
     root = tmp_path_factory.mktemp("scaled")
     run_dir = root / "run"
     argv = [*TINY, *TINY_ALGO, "logger=csv", "callbacks=none", "seed=5", f"hydra.run.dir={run_dir}"]
-    cwd = os.getcwd()
-    os.chdir(root)
-    try:
-        train_main(argv)
-    finally:
-        os.chdir(cwd)
+    train_cli(root, argv)
     return run_dir, argv
 
 

@@ -14,6 +14,25 @@ HYDRA_FLAGS = ("--help", "-h", "--hydra-help", "--info", "-i", "--cfg", "-c", "-
                "--config-dir", "-cd", "--version", "--run", "-r")
 
 
+def quiet_lightning() -> None:
+    """Lightning's messages through the application's handlers only, at WARNING: importing Lightning gives
+    its loggers a handler of their own (every line printed twice under ours) and INFO chatter (start-up
+    tips, "GPU available: False"). The pytree deprecation Lightning 2.6 triggers in torch 2.13 at every fit
+    is not ours to fix."""
+    import logging
+    import warnings
+
+    import lightning.pytorch  # noqa: F401 - the import adds the handlers removed below
+
+    warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\).*")
+    for name in ("lightning.pytorch", "lightning.fabric"):
+        logger = logging.getLogger(name)
+        logger.setLevel(logging.WARNING)
+        logger.propagate = True
+        for handler in list(logger.handlers):
+            logger.removeHandler(handler)
+
+
 def user_errors() -> tuple[type[BaseException], ...]:
     """Exceptions that mean bad input (config, data, checkpoint), reported as one line."""
     from hydra.errors import HydraException

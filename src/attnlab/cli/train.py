@@ -17,13 +17,21 @@ from __future__ import annotations
 import logging
 import os
 import sys
-import warnings
 from pathlib import Path
 
 import hydra
 from omegaconf import DictConfig
 
-from attnlab.cli.common import HYDRA_FLAGS, compose, compose_checked, fail, one_line, run_errors, user_errors
+from attnlab.cli.common import (
+    HYDRA_FLAGS,
+    compose,
+    compose_checked,
+    fail,
+    one_line,
+    quiet_lightning,
+    run_errors,
+    user_errors,
+)
 
 log = logging.getLogger("attnlab")
 
@@ -35,13 +43,7 @@ def hydra_main(cfg: DictConfig) -> None:
     from attnlab.training.checkpointing import Preempted
     from attnlab.training.run import close_wandb, run, write_failed_record
 
-    # Importing Lightning resets its loggers to INFO with a handler of their own (start-up tips, "GPU
-    # available: False"); keep them at the level the job logging config asks for.
-    for name in ("lightning.pytorch", "lightning.fabric"):
-        logging.getLogger(name).setLevel(logging.WARNING)
-        logging.getLogger(name).propagate = True
-        for handler in list(logging.getLogger(name).handlers):
-            logging.getLogger(name).removeHandler(handler)
+    quiet_lightning()
     hc = HydraConfig.get()
     overrides = list(hc.overrides.task)
     command = " ".join(["attnlab-train", *overrides])
@@ -146,8 +148,6 @@ def main(argv: list[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
     if show_config(argv):
         return
-    # Lightning 2.6 on torch 2.13 warns about a torch-internal pytree API at every fit; it is not ours to fix.
-    warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\).*")
     if not any(a in HYDRA_FLAGS or a.startswith(tuple(f + "=" for f in HYDRA_FLAGS)) for a in argv):
         from attnlab.training.faults import check_can_create
 

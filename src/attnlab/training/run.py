@@ -25,7 +25,7 @@ from omegaconf import DictConfig, OmegaConf
 
 import attnlab
 from attnlab.tasks import TaskData, build_task
-from attnlab.training.callbacks import BestMetrics, PonderStats, Throughput
+from attnlab.training.callbacks import BestMetrics, MetricsLine, PonderStats, Throughput
 from attnlab.training.checkpointing import (
     AtomicCheckpointIO,
     CheckpointError,
@@ -92,7 +92,52 @@ def token_budget(cfg: DictConfig, max_len: int | None) -> tuple[int, int]:
 def build_task_data(cfg: DictConfig) -> TaskData:
     task_cfg = OmegaConf.to_container(cfg.task, resolve=True)
     task_cfg.setdefault("data_root", cfg.paths.data_root)
-    return build_task(task_cfg, int(cfg.seed))
+    log.info("loading data: task %s (%s)", cfg.task.name, task_cfg.get("source") or "local/generated")
+    started = time.monotonic()
+    task = build_task(task_cfg, int(cfg.seed))
+    log.info("data: %s; max length %d (%.1f s)", data_sizes(task), task.max_len, time.monotonic() - started)
+    return task
+
+
+def data_sizes(task: TaskData) -> str:
+    """``train 20000, val 256, test 128 examples`` (a streamed split without a length is shown as such)."""
+    sizes = []
+    for split, dataset in task.datasets.items():
+        try:
+            sizes.append(f"{split} {len(dataset)}")
+        except TypeError:
+            sizes.append(f"{split} (streamed)")
+    return ", ".join(sizes) + " examples"
+
+
+def describe_config(cfg: DictConfig, run_dir: Path) -> None:
+    """The first lines of ``train.log``: where the run writes and the effective config in brief."""
+    m, o, t, hw = cfg.model, cfg.optim, cfg.trainer, cfg.hardware
+    per_update = (f"{cfg.batch.tokens_per_update} tokens" if cfg.batch.get("tokens_per_update")
+                  else f"{cfg.batch.sentences_per_update} sentences")
+    log.info("run folder: %s", run_dir.resolve())
+    log.info("config: %stask %s, model %s, attention %s, recurrence %s, seed %s, scale %s%s",
+             f"experiment {cfg.experiment_name}, " if cfg.get("experiment_name") else "", cfg.task.name, m.name,
+             m.attention.name, m.recurrence.name, cfg.seed, cfg.scale.name,
+             f", debug {cfg.debug_mode}" if cfg.get("debug_mode") else "")
+    log.info("model: d_model %d, %d heads, d_ff %d, %d encoder + %d decoder layers, dropout %g", m.d_model,
+             m.num_heads, m.d_ff, m.encoder_layers, m.decoder_layers, m.dropout)
+    log.info("training: %d steps, %s per update, %s lr %g (%s, warmup %d), validation every %d steps; "
+             "hardware %s (%d x %s, precision %s)", t.max_steps, per_update, o.optimizer, o.lr, o.schedule,
+             o.warmup_steps, t.val_check_interval, hw.name, hw.devices * hw.num_nodes, hw.accelerator, hw.precision)
+
+
+def describe_build(cfg: DictConfig, task: TaskData, module: TaskModule) -> None:
+    """What the data decided: batching, tokenizer and parameter count."""
+    micro, accumulate = derive_batching(cfg, max_len=task.max_len)
+    log.info("batching: micro-batch %d x %d accumulation x %d device(s)", micro, accumulate,
+             cfg.hardware.devices * cfg.hardware.num_nodes)
+    tokenizer = cfg.task.get("tokenizer")
+    kind = f"{tokenizer.kind} (asked vocabulary {tokenizer.get('vocab_size')}), " if tokenizer else ""
+    source = f", source {task.src_vocab_size}" if task.src_vocab_size and task.src_vocab_size != task.vocab_size else ""
+    log.info("tokenizer: %svocabulary %d%s", kind, task.vocab_size, source)
+    params = count_parameters(module.model)
+    log.info("parameters: %s total, %s trainable", f"{params['total']:,}", f"{params['trainable']:,}")
 
 
 def model_config(cfg: DictConfig, task: TaskData) -> dict[str, Any]:
@@ -293,7 +338,8 @@ def build_callbacks(cfg: DictConfig, run_dir: Path) -> list:
     c = cfg.callbacks
     mfu = bool(c.get("mfu")) and not cfg.get("debug_mode")
     callbacks: list = [Throughput(log=not mfu), BestMetrics(), RandomState(),
-                       NonFiniteGuard(cfg.get("nan_policy", "stop"), int(cfg.get("max_skipped_batches", 0)))]
+                       NonFiniteGuard(cfg.get("nan_policy", "stop"), int(cfg.get("max_skipped_batches", 0))),
+                       MetricsLine(cfg.trainer.log_every_n_steps)]
     if c.get("checkpoint"):
         ck = c.checkpoint
         if ck.save_top_k:
@@ -360,7 +406,7 @@ def build_trainer(cfg: DictConfig, run_dir: Path, *, callbacks: list, loggers: l
         num_sanity_val_steps=t.num_sanity_val_steps,
         detect_anomaly=t.detect_anomaly,
         profiler=t.profiler,
-        enable_progress_bar=t.enable_progress_bar,
+        enable_progress_bar=progress_bar_wanted(t.enable_progress_bar),
         enable_model_summary=False,
         callbacks=callbacks,
         logger=loggers or False,
@@ -368,6 +414,12 @@ def build_trainer(cfg: DictConfig, run_dir: Path, *, callbacks: list, loggers: l
         plugins=plugins,
         enable_checkpointing=any(isinstance(c, Checkpoint) for c in callbacks),  # else Lightning adds its own
     )
+
+
+def progress_bar_wanted(asked: bool) -> bool:
+    """A progress bar only on a terminal: elsewhere (a SLURM log, a pipe) tqdm's redraws pile up in the file
+    (22 MB for 100k steps), and the metrics line every ``trainer.log_every_n_steps`` shows the progress."""
+    return bool(asked) and sys.stdout.isatty()
 
 
 # -- provenance ----------------------------------------------------------------------------------------
@@ -438,8 +490,10 @@ def run(cfg: DictConfig, *, run_dir: str | os.PathLike | None = None, command: s
     if cfg.hardware.matmul_precision:
         torch.set_float32_matmul_precision(cfg.hardware.matmul_precision)
 
+    describe_config(cfg, run_dir)
     task = build_task_data(cfg)
     module = build_module(cfg, task)
+    describe_build(cfg, task, module)
     resume = select_checkpoint(cfg, run_dir)
     resume_path, resume_ckpt = resume if resume else (None, None)
     if resume_path is not None:
