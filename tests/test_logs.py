@@ -36,7 +36,7 @@ def test_train_log_starts_with_what_runs(limit_run):
     assert "config: task algo/copy, model transformer_tiny, attention vanilla, recurrence stacked, seed 4, " \
            "scale cpu, debug limit" in log
     assert "model: d_model 64, 4 heads" in log
-    assert "training: 20 steps, 8 sentences per update" in log
+    assert "training: 20 steps, 8 sentences per update, adam lr 0.001 (inverse_sqrt, warmup 2)" in log
     assert "data: train 64, val 8, test 8" in log  # the scaled sizes (TINY_ALGO), not the paper's
     assert re.search(r"tokenizer: vocabulary \d+", log)
     assert re.search(r"parameters: [\d,]+ total, [\d,]+ trainable", log)

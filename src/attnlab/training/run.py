@@ -122,9 +122,12 @@ def describe_config(cfg: DictConfig, run_dir: Path) -> None:
              f", debug {cfg.debug_mode}" if cfg.get("debug_mode") else "")
     log.info("model: d_model %d, %d heads, d_ff %d, %d encoder + %d decoder layers, dropout %g", m.d_model,
              m.num_heads, m.d_ff, m.encoder_layers, m.decoder_layers, m.dropout)
-    log.info("training: %d steps, %s per update, %s lr %g (%s, warmup %d), validation every %d steps; "
-             "hardware %s (%d x %s, precision %s)", t.max_steps, per_update, o.optimizer, o.lr, o.schedule,
-             o.warmup_steps, t.val_check_interval, hw.name, hw.devices * hw.num_nodes, hw.accelerator, hw.precision)
+    optimizer = o.optimizer._target_ if isinstance(o.optimizer, DictConfig) else o.optimizer
+    schedule = (o.schedule._target_ if isinstance(o.schedule, DictConfig)
+                else f"{o.schedule}, warmup {o.warmup_steps}")
+    log.info("training: %d steps, %s per update, %s lr %g (%s), validation every %d steps; hardware %s "
+             "(%d x %s, precision %s)", t.max_steps, per_update, optimizer, o.lr, schedule, t.val_check_interval,
+             hw.name, hw.devices * hw.num_nodes, hw.accelerator, hw.precision)
 
 
 def describe_build(cfg: DictConfig, task: TaskData, module: TaskModule) -> None:
@@ -295,7 +298,34 @@ def build_loggers(cfg: DictConfig, run_dir: Path, *, resume_ckpt: dict[str, Any]
         wandb_logger = build_wandb_logger(cfg, run_dir, run_id=wandb_id)
         if wandb_logger is not None:
             loggers.append(wandb_logger)
-    return loggers
+    return loggers + instantiate_own(cfg.logger, "logger", save_dir=str(run_dir))
+
+
+def instantiate_own(section: DictConfig, path: str, **defaults: Any) -> list:
+    """The entries of ``section`` that name their own class with ``_target_`` (a logger or callback added
+    by a config file, README "Add your own"), instantiated with the arguments written beside it; each of
+    ``defaults`` (a logger's ``save_dir``: the run folder) is passed where the class takes it and the
+    config leaves it out."""
+    import inspect
+
+    from hydra.utils import get_object, instantiate
+
+    built = []
+    for key, node in section.items_ex(resolve=False):
+        if isinstance(node, DictConfig) and "_target_" in node:
+            try:
+                params = inspect.signature(get_object(node._target_)).parameters
+                extra = {k: v for k, v in defaults.items() if k in params and k not in node}
+                built.append(instantiate(node, **extra))
+            except Exception as exc:  # noqa: BLE001 - whatever the user's class raises, one line names it
+                cause = exc.__cause__ or exc
+                raise ConfigError(f"{path}.{key}: cannot build {node._target_}: {one_line_of(cause)}") from exc
+    return built
+
+
+def one_line_of(exc: BaseException) -> str:
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    return f"{exc.__class__.__name__}: {lines[0]}" if lines else exc.__class__.__name__
 
 
 def _logged_through(ckpt: dict[str, Any] | None) -> int | None:
@@ -351,7 +381,7 @@ def build_callbacks(cfg: DictConfig, run_dir: Path) -> list:
         if ck.save_last:
             callbacks.append(LastCheckpoint(run_dir / "checkpoints", every_n_steps=ck.get("every_n_steps"),
                                             handle_signals=ck.get("on_signal", True)))
-    has_logger = any(cfg.logger.get(k) is not None for k in ("csv", "wandb", "tensorboard"))
+    has_logger = any(v is not None for v in cfg.logger.values())
     if c.get("lr_monitor") and has_logger:
         callbacks.append(LearningRateMonitor(logging_interval="step"))
     if mfu:  # perf/mfu against the datasheet peak, or the matmul peak measured at fit start on CPU
@@ -364,7 +394,7 @@ def build_callbacks(cfg: DictConfig, run_dir: Path) -> list:
         from attnlab.training.attention_record import AttentionWeightsHistogram
 
         callbacks.append(AttentionWeightsHistogram(str(run_dir), sample_size=c.get("record_attention_sample_size", 8)))
-    return callbacks
+    return callbacks + instantiate_own(c, "callbacks")
 
 
 def build_trainer(cfg: DictConfig, run_dir: Path, *, callbacks: list, loggers: list,
@@ -461,7 +491,8 @@ def peak_memory_mb(device: torch.device | None = None) -> float | None:
 # -- the run -----------------------------------------------------------------------------------------
 # How a run restarts is not what it computes (ckpt_path is excluded already); recording attention weights
 # reads the trained model after training, so turning it on changes no number (and no existing hash).
-HASH_EXCLUDE_EXTRA = ("resume", "record_attention*")
+# Where the user's own code is found (plugins) is not what it computes: the names it registers are hashed.
+HASH_EXCLUDE_EXTRA = ("resume", "record_attention*", "plugins")
 STORAGE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM)
 
 
