@@ -19,7 +19,10 @@ endif
 .PHONY: help install demo test test-slow test-gpu test-all lint format golden bench tables check-tables publish-runs clean
 
 help: ## List every target with a one-line description
-	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_%-]+:.*## / {printf "  \033[36m%-16s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@awk -v color=$$([ -t 1 ] && echo 1) 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_%-]+:.*## / {name[++n] = $$1; \
+	  text[n] = $$2; if (length($$1) > width) width = length($$1)} END {on = color ? "\033[36m" : ""; \
+	  off = color ? "\033[0m" : ""; for (i = 1; i <= n; i++) printf "  %s%-" width "s%s  %s\n", on, name[i], off, text[i]}' \
+	  $(MAKEFILE_LIST)
 
 $(STAMP): pyproject.toml
 	@test -n "$(PYTHON)" || { echo "error: python3.11 not found; install Python 3.11 or set PYTHON=" >&2; exit 1; }

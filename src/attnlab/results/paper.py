@@ -32,11 +32,14 @@ def repo_root() -> Path | None:
 
 
 def default_experiments_dir() -> Path:
-    """The repo's ``experiments/`` folder: beside the package's checkout, else under the working dir."""
+    """The repo's ``experiments/`` folder: beside the package's checkout, else under the working dir, else
+    the copy a wheel ships as package data (``attnlab/experiments``)."""
     root = repo_root()
     if root is not None and (root / "experiments").is_dir():
         return root / "experiments"
-    return Path.cwd() / "experiments"
+    here = Path.cwd() / "experiments"
+    packaged = Path(__file__).resolve().parents[1] / "experiments"
+    return packaged if not here.is_dir() and packaged.is_dir() else here
 
 
 def locate_paper_tables(experiments_dir: str | os.PathLike | None = None) -> Path | None:

@@ -88,20 +88,28 @@ class TaskModule(L.LightningModule):
         return total
 
     def configure_optimizers(self):
+        from hydra.utils import instantiate
+
         o = self.optim_cfg
-        cls = {"adam": torch.optim.Adam, "adamw": torch.optim.AdamW}[o["optimizer"]]
         decay, no_decay = [], []
         for name, p in self.named_parameters():
             if p.requires_grad:
                 (no_decay if p.ndim < 2 or "norm" in name else decay).append(p)
         groups = [{"params": decay, "weight_decay": o["weight_decay"]}, {"params": no_decay, "weight_decay": 0.0}]
-        optimizer = cls(groups, lr=o["lr"], betas=tuple(o["betas"]), eps=o["eps"])
+        if isinstance(o["optimizer"], dict):  # the user's own: {_target_: torch.optim.SGD, momentum: 0.9, ...}
+            optimizer = instantiate(o["optimizer"], groups, lr=o["lr"])
+        else:
+            cls = {"adam": torch.optim.Adam, "adamw": torch.optim.AdamW}[o["optimizer"]]
+            optimizer = cls(groups, lr=o["lr"], betas=tuple(o["betas"]), eps=o["eps"])
         trainer = self._trainer  # None outside a Trainer (benchmarks, tools); the property would raise
         total = trainer.max_steps if trainer is not None and trainer.max_steps > 0 else 100_000
-        schedule = torch.optim.lr_scheduler.LambdaLR(
-            optimizer, lr_multiplier(o["schedule"], warmup_steps=o["warmup_steps"], total_steps=total,
-                                     min_ratio=o["min_lr_ratio"])
-        )
+        if isinstance(o["schedule"], dict):  # the user's own torch scheduler, stepped every update
+            schedule = instantiate(o["schedule"], optimizer)
+        else:
+            schedule = torch.optim.lr_scheduler.LambdaLR(
+                optimizer, lr_multiplier(o["schedule"], warmup_steps=o["warmup_steps"], total_steps=total,
+                                         min_ratio=o["min_lr_ratio"])
+            )
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}
 
     def on_fit_start(self) -> None:
