@@ -565,7 +565,9 @@ def _record(cfg: DictConfig, run_dir: Path, command: str | None, trainer: L.Trai
         "metrics": {"final": collect_metrics(trainer) if status == "completed" else {}, "best": dict(best.best)},
         "params": params,
         "cost": {"wall_s": round(time.time() - started, 2), "tokens_per_s": throughput.average_tokens_per_s(),
-                 "peak_mem_mb": peak_memory_mb(module.device), "steps": trainer.global_step},
+                 "peak_mem_mb": peak_memory_mb(module.device), "steps": trainer.global_step,
+                 # start-up: config checks, data, tokenizer and model up to the first training batch
+                 "startup_s": round(throughput.first_batch_at - started, 2) if throughput.first_batch_at else None},
         "metric_flavours": run_flavours(cfg, task),
         "wandb_run_id": wandb_id,
         "run_dir": str(run_dir.resolve()),
