@@ -246,6 +246,7 @@ def text_seq2seq_task(cfg: dict[str, Any], split_pairs: dict[str, list[tuple[str
         + (f"; STAND-IN: {cfg['stand_in']}" if cfg.get("stand_in") else ""),
         score_text=scorer,
         references=references,
+        sources={split: [s for s, _ in pairs] for split, pairs in split_pairs.items() if split != "train"},
     )
 
 

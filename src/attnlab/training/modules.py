@@ -43,6 +43,8 @@ class TaskModule(L.LightningModule):
         self.detokenize = None
         self.references: dict[str, list] = {}
         self._hypotheses: dict[int, list[tuple[int, Any]]] = {}
+        # After testing: {eval prefix: {example index: output}} of every rank, for the outputs files.
+        self.test_outputs: dict[str, dict[int, Any]] = {}
 
     # -- hooks for subclasses -----------------------------------------------------------------------
     def build_model(self) -> torch.nn.Module:
@@ -104,28 +106,34 @@ class TaskModule(L.LightningModule):
     # -- whole-split scoring -----------------------------------------------------------------------------
     def on_test_epoch_start(self):
         self._hypotheses = {}
+        self.test_outputs = {}
 
     def collect_outputs(self, batch, outputs: list, dataloader_idx: int) -> None:
-        """Keep (example index, output) pairs for ``text_scorer``; needs ``ref_index`` in the batch."""
-        if self.text_scorer is not None and "ref_index" in batch:
+        """Keep (example index, output) pairs for ``text_scorer`` and the outputs files; needs ``ref_index``."""
+        if (self.text_scorer is not None or self.detokenize is not None) and "ref_index" in batch:
             self._hypotheses.setdefault(dataloader_idx, []).extend(zip(batch["ref_index"].tolist(), outputs))
 
     def log_split_scores(self, idx: int) -> None:
-        if self.text_scorer is None:
-            return
         for key, value in self._score_split(idx).items():
             self.log(f"{self.eval_prefix(idx)}/{key}", float(value), add_dataloader_idx=False, sync_dist=False)
 
-    def _score_split(self, idx: int) -> dict[str, float]:
-        """Scores over the whole split: outputs are gathered from every rank, then scored once."""
+    def gather_outputs(self, idx: int) -> dict[int, Any]:
+        """{example index: output} of one evaluation split from every rank (kept in ``test_outputs``)."""
         pairs = self._hypotheses.get(idx, [])
         if torch.distributed.is_available() and torch.distributed.is_initialized():
             gathered: list = [None] * torch.distributed.get_world_size()
             torch.distributed.all_gather_object(gathered, pairs)
             pairs = [p for part in gathered for p in part]
-        if not pairs:
-            return {}
         by_index = dict(pairs)  # a DistributedSampler may repeat an example to even out ranks
+        if by_index:
+            self.test_outputs[self.eval_prefix(idx)] = by_index
+        return by_index
+
+    def _score_split(self, idx: int) -> dict[str, float]:
+        """Scores over the whole split: outputs are gathered from every rank, then scored once."""
+        by_index = self.gather_outputs(idx)
+        if not by_index or self.text_scorer is None:
+            return {}
         split = list(self.task_info["eval_splits"].values())[idx]
         refs = self.references[split]
         order = sorted(by_index)
@@ -198,7 +206,7 @@ class Seq2SeqModule(TaskModule):
     def test_step(self, batch, batch_idx, dataloader_idx: int = 0):
         predictions = self.decode(batch["src"])
         self.test_acc[dataloader_idx].update(predictions, batch["tgt_out"])
-        if self.text_scorer is not None:
+        if self.detokenize is not None:
             self.collect_outputs(batch, [self.detokenize(row) for row in predictions.tolist()], dataloader_idx)
 
     def on_test_epoch_end(self):

@@ -187,7 +187,9 @@ def build_module(cfg: DictConfig, task: TaskData | None = None) -> TaskModule:
     module = module_cls(model_config(cfg, task), OmegaConf.to_container(cfg.optim, resolve=True), task_info(task),
                         decoding_config(cfg))
     if task.score_text is not None:
-        module.text_scorer, module.detokenize, module.references = task.score_text, task.detokenize, task.references
+        module.text_scorer, module.references = task.score_text, task.references
+    if task.kind == "seq2seq":  # decoded test outputs are kept for the outputs files (training/outputs.py)
+        module.detokenize = task.detokenize
     return module
 
 
@@ -202,6 +204,7 @@ def build_datamodule(cfg: DictConfig, task: TaskData | None = None) -> Resumable
 
 # -- resuming ----------------------------------------------------------------------------------------------
 RESUME_MODES = ("auto", "never")
+OUTPUTS_DIR = "outputs"  # decoded test outputs beside results.json (training/outputs.py)
 WANDB_ID_FILE = "wandb_run_id"
 
 
@@ -530,6 +533,9 @@ def run(cfg: DictConfig, *, run_dir: str | os.PathLike | None = None, command: s
     if resume_path is not None:
         record["extra"]["resumed_from"] = str(Path(resume_path).resolve())
     if trainer.is_global_zero:
+        from attnlab.training.outputs import write_decoded_outputs
+
+        write_decoded_outputs(run_dir / OUTPUTS_DIR, module.test_outputs, task)  # before the record: complete
         write_record(run_dir / "results.json", record)
     for lg in loggers:
         if lg.__class__.__name__ == "WandbLogger":
