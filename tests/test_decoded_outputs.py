@@ -27,8 +27,8 @@ def test_mt_outputs_rescored_by_the_sacrebleu_cli_equal_the_recorded_metrics(tmp
     cfg.task.tokenizer_cache = str(tmp_path / "tok")
     record = run(cfg, run_dir=tmp_path / "run", command="pytest")
     out = tmp_path / "run" / "outputs"
-    refs = gzip.open(root / "multi30k" / "test_2016_flickr.de.gz", "rt", encoding="utf-8").read().splitlines()[:8]
-    srcs = gzip.open(root / "multi30k" / "test_2016_flickr.en.gz", "rt", encoding="utf-8").read().splitlines()[:8]
+    refs, srcs = (gzip.decompress((root / "multi30k" / f"test_2016_flickr.{lang}.gz").read_bytes())
+                  .decode("utf-8").splitlines()[:8] for lang in ("de", "en"))
     assert _lines(out / "test.ref") == [r.strip() for r in refs]  # reference order, raw text
     assert _lines(out / "test.src") == [s.strip() for s in srcs]
     hyps = _lines(out / "test.hyp")

@@ -8,7 +8,8 @@ The run's own config (``.hydra/config.yaml`` and the overrides it was started wi
 the model; ``key=value`` arguments override it. Weights are loaded with ``weights_only=True``. The metrics
 go to ``eval.json`` beside the checkpoint (``<name>.eval.json`` for a checkpoint other than last.ckpt),
 written atomically; a sequence-to-sequence task's decoded outputs (``<split>.hyp/.ref/.src/.jsonl``, see
-training/outputs.py) go to ``eval_outputs/`` (``<name>.eval_outputs/``) beside it. Bad input gets one line on stderr and exit code 2.
+training/outputs.py) go to ``eval_outputs/`` (``<name>.eval_outputs/``) beside it. Bad input gets one line
+on stderr and exit code 2.
 """
 
 from __future__ import annotations
