@@ -32,7 +32,9 @@ class TaskModule(L.LightningModule):
     def __init__(self, model_cfg: dict[str, Any], optim_cfg: dict[str, Any], task_info: dict[str, Any],
                  eval_cfg: dict[str, Any]) -> None:
         super().__init__()
-        self.save_hyperparameters()
+        # Kept in checkpoints, not sent to loggers: the run's logged config is the resolved Hydra config,
+        # which these dicts would repeat under other names (model_cfg.d_model beside model.d_model).
+        self.save_hyperparameters(logger=False)
         self.model_cfg, self.optim_cfg, self.task_info, self.eval_cfg = model_cfg, optim_cfg, task_info, eval_cfg
         self.model = self.build_model()
         self._tokens_seen = 0
@@ -75,6 +77,19 @@ class TaskModule(L.LightningModule):
         self.log("train/loss", total.detach(), on_step=True, on_epoch=False, prog_bar=True)
         self._tokens_seen += tokens
         return total
+
+    def on_before_optimizer_step(self, optimizer) -> None:
+        """Log the global gradient 2-norm (before clipping), on the steps that are logged."""
+        trainer = self._trainer
+        if trainer is None or not trainer.loggers:
+            return
+        every = max(int(trainer.log_every_n_steps), 1)
+        if (trainer.fit_loop.epoch_loop._batches_that_stepped + 1) % every:
+            return
+        grads = [p.grad for p in self.parameters() if p.grad is not None]
+        if grads:
+            norm = torch.nn.utils.get_total_norm(grads, norm_type=2.0)
+            self.log("train/grad_norm", norm.detach().float(), on_step=True, on_epoch=False)
 
     def configure_optimizers(self):
         o = self.optim_cfg
