@@ -281,15 +281,21 @@ def wandb_records(
     for run in runs:
         where = Path(f"wandb:{entity}/{project}/{run.id}")
         data = record_from_wandb(dict(run.summary), dict(run.config), run.state, run.id, run.url)
-        problems = validate_record(data)
-        if problems:
-            msg = f"{where}: does not map to a run record: {'; '.join(problems[:3])}"
-            if not skip_corrupt:
-                raise TableError(corrupt_hint(msg))
-            corrupt.append(Corrupt(where, msg, data))
-        else:
-            loaded.append(Loaded(where, data))
+        sort_wandb_record(where, data, validate_record(data), skip_corrupt, loaded, corrupt)
     return loaded, corrupt
+
+
+def sort_wandb_record(where: Path, data: dict, problems: list[str], skip_corrupt: bool, loaded: list,
+                      corrupt: list) -> None:
+    """Append a record mapped from wandb to ``loaded``, or (with its problems) to ``corrupt``; without
+    ``skip_corrupt`` a problem stops the build with one line."""
+    if problems:
+        msg = f"{where}: does not map to a run record: {'; '.join(problems[:3])}"
+        if not skip_corrupt:
+            raise TableError(corrupt_hint(msg))
+        corrupt.append(Corrupt(where, msg, data))
+    else:
+        loaded.append(Loaded(where, data))
 
 
 # ----------------------------------------------------------------------------------------------------------

@@ -110,9 +110,8 @@ def offline_run_files(roots: list[str]) -> list[Path]:
 def offline_wandb_records(roots: list[str], skip_corrupt: bool = False):
     """(loaded, corrupt) run records of the offline wandb runs under ``roots``, through the same mapping as
     the wandb API source (``record_from_wandb``)."""
-    from attnlab.cli.table import record_from_wandb
+    from attnlab.cli.table import record_from_wandb, sort_wandb_record
     from attnlab.results.record import validate_record
-    from attnlab.results.table import Corrupt, Loaded, TableError, corrupt_hint
 
     loaded, corrupt = [], []
     for path in offline_run_files(roots):
@@ -123,13 +122,7 @@ def offline_wandb_records(roots: list[str], skip_corrupt: bool = False):
             problems = validate_record(data)
         except OfflineRunError as exc:
             data, problems = {}, [str(exc)]
-        if problems:
-            msg = f"{path}: does not map to a run record: {'; '.join(problems[:3])}"
-            if not skip_corrupt:
-                raise TableError(corrupt_hint(msg))
-            corrupt.append(Corrupt(path, msg, data))
-        else:
-            loaded.append(Loaded(path, data))
+        sort_wandb_record(path, data, problems, skip_corrupt, loaded, corrupt)
     return loaded, corrupt
 
 
