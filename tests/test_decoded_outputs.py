@@ -63,3 +63,22 @@ def test_algorithmic_outputs_give_back_the_recorded_sequence_accuracy_and_eval_w
     result = evaluate(tmp_path / "run")
     assert Path(result["outputs"]) == (tmp_path / "run" / "checkpoints" / "eval_outputs").resolve()
     assert _lines(Path(result["outputs"]) / "test.hyp") == _lines(out / "test.hyp")  # same weights, same outputs
+
+
+def test_outputs_of_a_t5_shaped_task_show_label_words_and_fold_line_breaks(tmp_path):
+    """T5 references are (group, gold label) pairs: the files show the target label words and the inputs;
+    a line break inside a text never shifts the line-aligned files."""
+    from attnlab.tasks import TaskData
+    from attnlab.tasks.batching import IndexedDataset
+    from attnlab.training.outputs import write_decoded_outputs
+
+    words = {5: "cola", 6: "sentence:", 7: "acceptable", 8: "unacceptable"}
+    task = TaskData(kind="seq2seq", datasets={"test": IndexedDataset([([5, 6], [7]), ([5, 6], [8])])},
+                    collate=None, vocab_size=9, pad_id=0, max_len=8,
+                    detokenize=lambda ids: " ".join(words[i] for i in ids), eval_splits={"test": "test"},
+                    references={"test": [("cola", 1), ("cola", 0)]})
+    write_decoded_outputs(tmp_path, {"test": {1: "acceptable\nextra", 0: "acceptable"}}, task)
+    assert _lines(tmp_path / "test.hyp") == ["acceptable", "acceptable extra"]
+    assert _lines(tmp_path / "test.ref") == ["acceptable", "unacceptable"]
+    assert _lines(tmp_path / "test.src") == ["cola sentence:", "cola sentence:"]
+    assert json.loads(_lines(tmp_path / "test.jsonl")[1])["hypothesis"] == "acceptable\nextra"
