@@ -4,6 +4,8 @@
     attnlab-table table=all                       # every experiments/<paper>/<table>.yaml
     attnlab-table table=summary runs=runs/demo    # print every record found
     attnlab-table table=synthesizer/table2 source=wandb entity=me project=attnlab
+    attnlab-table table=synthesizer/table2 source=wandb runs=runs/   # offline wandb runs' files, not synced
+    attnlab-table table=synthesizer/table2 wandb=true                # also send the tables as a wandb artifact
 
 A thin ``@hydra.main`` over :func:`build_tables`, which tests call directly. Errors the user can fix
 (corrupt record, unknown spec, unreachable wandb) are one line on stderr, exit code 2, nothing written.
@@ -74,6 +76,10 @@ def build_tables(cfg: Mapping[str, Any] | DictConfig) -> list[Path]:
                 f"attnlab-table: no results.json under {', '.join(roots)}; every cell will be missing",
                 file=sys.stderr,
             )
+    elif not cfg.get("entity") and not cfg.get("project"):  # offline runs' files under runs=
+        from attnlab.cli.wandb_io import offline_wandb_records
+
+        records, corrupt = offline_wandb_records(_as_list(cfg.get("runs", "runs/")), skip_corrupt=skip)
     else:
         records, corrupt = wandb_records(cfg.get("entity"), cfg.get("project"), skip_corrupt=skip)
 
@@ -125,6 +131,11 @@ def build_tables(cfg: Mapping[str, Any] | DictConfig) -> list[Path]:
             sys.stdout.write(render_markdown(built) + "\n")
     for path in written:
         print(f"wrote {path}")
+    if cfg.get("wandb"):
+        from attnlab.cli.wandb_io import upload_tables
+
+        run_id = upload_tables(written, entity=cfg.get("entity"), project=cfg.get("project"), name=table)
+        print(f"wandb: tables sent as an artifact of run {run_id}" if run_id else "wandb: no table files to send")
     return written
 
 
@@ -296,15 +307,21 @@ def wandb_records(
     for run in runs:
         where = Path(f"wandb:{entity}/{project}/{run.id}")
         data = record_from_wandb(dict(run.summary), dict(run.config), run.state, run.id, run.url)
-        problems = validate_record(data)
-        if problems:
-            msg = f"{where}: does not map to a run record: {'; '.join(problems[:3])}"
-            if not skip_corrupt:
-                raise TableError(corrupt_hint(msg))
-            corrupt.append(Corrupt(where, msg, data))
-        else:
-            loaded.append(Loaded(where, data))
+        sort_wandb_record(where, data, validate_record(data), skip_corrupt, loaded, corrupt)
     return loaded, corrupt
+
+
+def sort_wandb_record(where: Path, data: dict, problems: list[str], skip_corrupt: bool, loaded: list,
+                      corrupt: list) -> None:
+    """Append a record mapped from wandb to ``loaded``, or (with its problems) to ``corrupt``; without
+    ``skip_corrupt`` a problem stops the build with one line."""
+    if problems:
+        msg = f"{where}: does not map to a run record: {'; '.join(problems[:3])}"
+        if not skip_corrupt:
+            raise TableError(corrupt_hint(msg))
+        corrupt.append(Corrupt(where, msg, data))
+    else:
+        loaded.append(Loaded(where, data))
 
 
 # ----------------------------------------------------------------------------------------------------------

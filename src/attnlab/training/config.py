@@ -133,6 +133,9 @@ class WandbSchema:
     tags: list[str]
     offline: bool
     log_model: bool
+    name: Any = None         # null: <row or run name>-s<seed>
+    job_type: Any = "train"
+    notes: Any = None
 
 
 CHOICES = {

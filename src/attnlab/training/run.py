@@ -201,7 +201,9 @@ def build_module(cfg: DictConfig, task: TaskData | None = None) -> TaskModule:
     module = module_cls(model_config(cfg, task), OmegaConf.to_container(cfg.optim, resolve=True), task_info(task),
                         decoding_config(cfg))
     if task.score_text is not None:
-        module.text_scorer, module.detokenize, module.references = task.score_text, task.detokenize, task.references
+        module.text_scorer, module.references = task.score_text, task.references
+    if task.kind == "seq2seq":  # decoded test outputs are kept for the outputs files (training/outputs.py)
+        module.detokenize = task.detokenize
     return module
 
 
@@ -216,6 +218,7 @@ def build_datamodule(cfg: DictConfig, task: TaskData | None = None) -> Resumable
 
 # -- resuming ----------------------------------------------------------------------------------------------
 RESUME_MODES = ("auto", "never")
+OUTPUTS_DIR = "outputs"  # decoded test outputs beside results.json (training/outputs.py)
 WANDB_ID_FILE = "wandb_run_id"
 
 
@@ -348,15 +351,46 @@ def build_wandb_logger(cfg: DictConfig, run_dir: Path, run_id: str | None = None
         offline = w.offline and os.environ.get("WANDB_MODE") in (None, "", "offline")
         if offline:
             os.environ.setdefault("WANDB_MODE", "offline")
+        name, tags = wandb_name_and_tags(cfg)
         return WandbLogger(
             project=w.project, entity=w.entity, group=w.group or cfg.get("experiment_name") or cfg.run_name,
-            tags=list(w.tags), save_dir=str(run_dir), offline=offline, log_model=w.log_model,
-            config=OmegaConf.to_container(cfg, resolve=True), name=cfg.run_name,
-            settings=_wandb_settings(), id=run_id, resume="allow" if run_id else None,
+            tags=tags, save_dir=str(run_dir), offline=offline, log_model=w.log_model,
+            config=OmegaConf.to_container(cfg, resolve=True), name=name, job_type=w.get("job_type") or "train",
+            notes=w.get("notes"), settings=_wandb_settings(), id=run_id, resume="allow" if run_id else None,
         )
     except Exception as exc:  # noqa: BLE001 - a logging backend must never stop training
         log.warning("wandb logger disabled: %s: %s", exc.__class__.__name__, str(exc).splitlines()[0])
         return None
+
+
+def wandb_name_and_tags(cfg: DictConfig) -> tuple[str, list[str]]:
+    """The run's wandb name (``logger.wandb.name``, else ``<row or run name>-s<seed>``: the seeds of one table
+    row differ) and tags (the configured ones plus ``seed:<n>`` and ``row:<row>``)."""
+    w = cfg.logger.wandb
+    row = cfg.get("row")
+    name = w.get("name") or f"{row or cfg.run_name}-s{cfg.seed}"
+    tags = [*w.tags, f"seed:{cfg.seed}", *([f"row:{row}"] if row else [])]
+    return name, [t[:64] for t in dict.fromkeys(str(t) for t in tags)]  # wandb refuses tags over 64 chars
+
+
+def publish_to_wandb(record: dict[str, Any], run_dir: Path) -> None:
+    """What a reviewer needs on the wandb run: the run record as summary (``attnlab/record``, which
+    ``attnlab-table source=wandb`` reads back) and as a file, the decoded outputs, and the metric flavours
+    (sacreBLEU signature, decoding, ...) in the run's config. A failure is logged; the run stays complete."""
+    try:
+        import wandb
+
+        run = wandb.run
+        if run is None:
+            return
+        run.summary["attnlab/record"] = record
+        run.config.update({"metric_flavours": record.get("metric_flavours") or {}}, allow_val_change=True)
+        for path in [run_dir / "results.json", *sorted((run_dir / OUTPUTS_DIR).glob("*"))]:
+            if path.is_file():
+                wandb.save(str(path), base_path=str(run_dir), policy="now")
+    except Exception as exc:  # noqa: BLE001 - a logging backend must never fail a finished run
+        log.warning("wandb: could not publish the run record: %s: %s", exc.__class__.__name__,
+                    str(exc).splitlines()[0] if str(exc) else "")
 
 
 def _wandb_settings():
@@ -592,9 +626,14 @@ def run(cfg: DictConfig, *, run_dir: str | os.PathLike | None = None, command: s
     if resume_path is not None:
         record["extra"]["resumed_from"] = str(Path(resume_path).resolve())
     if trainer.is_global_zero:
+        from attnlab.training.outputs import write_decoded_outputs
+
+        write_decoded_outputs(run_dir / OUTPUTS_DIR, module.test_outputs, task)  # before the record: complete
         write_record(run_dir / "results.json", record)
     for lg in loggers:
         if lg.__class__.__name__ == "WandbLogger":
+            if trainer.is_global_zero:
+                publish_to_wandb(record, run_dir)
             _finish_wandb()
     return record
 
@@ -650,7 +689,9 @@ def _record(cfg: DictConfig, run_dir: Path, command: str | None, trainer: L.Trai
         "metrics": {"final": collect_metrics(trainer) if status == "completed" else {}, "best": dict(best.best)},
         "params": params,
         "cost": {"wall_s": round(time.time() - started, 2), "tokens_per_s": throughput.average_tokens_per_s(),
-                 "peak_mem_mb": peak_memory_mb(module.device), "steps": trainer.global_step},
+                 "peak_mem_mb": peak_memory_mb(module.device), "steps": trainer.global_step,
+                 # start-up: config checks, data, tokenizer and model up to the first training batch
+                 "startup_s": round(throughput.first_batch_at - started, 2) if throughput.first_batch_at else None},
         "metric_flavours": run_flavours(cfg, task),
         "wandb_run_id": wandb_id,
         "run_dir": str(run_dir.resolve()),
