@@ -14,7 +14,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-RESULTS = REPO / "results" / "bench"
+# A ``--quick`` smoke run writes under results/bench/quick/ (ignored by git), so it never replaces the
+# committed measurements.
+RESULTS = REPO / "results" / "bench" / ("quick" if "--quick" in sys.argv[1:] else "")
 
 
 def stats(xs: list[float]) -> dict[str, float]:
@@ -135,5 +137,6 @@ def plot_vs_length(path: Path, title: str, series: dict[str, dict[int, tuple[flo
     ax_t.legend(fontsize=7)
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
     plt.close(fig)

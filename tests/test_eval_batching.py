@@ -41,6 +41,7 @@ def test_seq2seq_test_outputs_are_scored_in_reference_order(strategy, tmp_path):
     references = [" ".join(map(str, t)) for _, t in pairs]
     task = dataclasses.replace(task, datasets={**task.datasets, "test": IndexedDataset(pairs)},
                                collate=IndexedSeq2SeqCollate(task.pad_id, task.bos_id, task.eos_id))
+    torch.manual_seed(0)
     module = build_module(cfg, task).eval()
     scored: list = []
     module.text_scorer = lambda hyps, refs: scored.extend(zip(hyps, refs)) or {}
@@ -60,11 +61,12 @@ def test_seq2seq_test_outputs_are_scored_in_reference_order(strategy, tmp_path):
     assert widths == sorted(widths) and widths[0] < widths[-1]
     module._score_split(0)
     assert [ref for _, ref in scored] == references
-    t = module.task_info
+    t, e = module.task_info, module.eval_cfg
     for (src, _), (hyp, _) in zip(pairs, scored):
         alone = torch.tensor([[*src, eos]])
         if strategy == "greedy":
             out = greedy_decode(module.model, alone, bos_id=t["bos_id"], eos_id=eos, max_len=9)
         else:
-            out = beam_search(module.model, alone, bos_id=t["bos_id"], eos_id=eos, max_len=9, beam_size=3)
+            out = beam_search(module.model, alone, bos_id=t["bos_id"], eos_id=eos, max_len=9, beam_size=3,
+                              alpha=e["length_penalty_alpha"], length_penalty=e["length_penalty"])
         assert hyp == module.detokenize(out[0].tolist())
