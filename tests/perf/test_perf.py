@@ -75,6 +75,22 @@ def test_mfu_callback_logs_during_a_lightning_fit():
     assert cb.peak_source == "measured" and cb.peak > 0
     assert float(m["perf/tokens_per_s"]) > 0
     assert 0 < float(m["perf/mfu"]) < 1.5
+    # the run record's summary: the same FLOPs and peak, tokens/s over every timed step (5 of the 6)
+    summary = cb.summary()
+    assert summary["flops_per_token"] == cb.flops_per_token and summary["peak_source"] == "measured"
+    assert cb._run_tokens == 5 * 8
+    assert summary["mfu"] == pytest.approx(cb.flops_per_token * cb._run_tokens / cb._run_time / cb.peak)
+
+
+def test_run_record_carries_mfu_when_the_callback_is_on(tmp_path):
+    from attnlab.training.run import run
+    from tests.conftest import TINY, TINY_ALGO, compose
+
+    cfg = compose([*TINY, *TINY_ALGO, "logger=none", "callbacks.mfu=true"], run_dir=tmp_path)
+    record = run(cfg, run_dir=tmp_path, command="pytest")
+    cost = record["cost"]
+    assert cost["peak_source"] == "measured" and cost["peak_flops"] > 0 and cost["flops_per_token"] > 0
+    assert 0 < cost["mfu"] < 1.5
 
 
 def test_benchmark_helpers_ratios_and_subprocess_memory():

@@ -143,6 +143,15 @@ class MFUCallback(Callback):
         self._tokens0 = 0
         self._acc_time = 0.0
         self._acc_tokens = 0
+        self._run_time = 0.0  # every timed step of the run, for the run record's summary
+        self._run_tokens = 0
+
+    def summary(self) -> dict[str, float | str | None]:
+        """MFU over every timed step of the run, for the run record's ``cost`` (None where unknown)."""
+        tps = self._run_tokens / self._run_time if self._run_time > 0 else None
+        value = mfu(self.flops_per_token, tps, self.peak) if self.flops_per_token and tps else None
+        return {"mfu": value, "flops_per_token": self.flops_per_token, "peak_flops": self.peak,
+                "peak_source": self.peak_source}
 
     # -- helpers -------------------------------------------------------------------------------------
     def _tokens(self, pl_module, batch) -> int:
@@ -185,8 +194,11 @@ class MFUCallback(Callback):
                 self.flops_per_token = counter.get_total_flops() / tokens
             return
         self._sync(pl_module)
-        self._acc_time += time.perf_counter() - self._t0
+        elapsed = time.perf_counter() - self._t0
+        self._acc_time += elapsed
         self._acc_tokens += tokens
+        self._run_time += elapsed
+        self._run_tokens += tokens
         if (trainer.global_step + 1) % self.log_every or self._acc_time <= 0:
             return
         tps = self._acc_tokens / self._acc_time

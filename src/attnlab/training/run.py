@@ -518,6 +518,15 @@ def collect_metrics(trainer: L.Trainer) -> dict[str, float | None]:
     return {k: _finite(v) for k, v in sorted(trainer.callback_metrics.items()) if k.startswith(keep)}
 
 
+def mfu_summary(callbacks: list) -> dict[str, Any]:
+    """The MFU callback's run summary (``mfu``, ``flops_per_token``, ``peak_flops``, ``peak_source``), or
+    ``mfu: None`` when ``callbacks.mfu`` is off."""
+    from attnlab.training.perf import MFUCallback
+
+    found = next((c for c in callbacks if isinstance(c, MFUCallback)), None)
+    return found.summary() if found is not None else {"mfu": None}
+
+
 def peak_memory_mb(device: torch.device | None = None) -> float | None:
     if torch.cuda.is_available() and device is not None and device.type == "cuda":
         return torch.cuda.max_memory_allocated(device) / 2**20
@@ -691,7 +700,10 @@ def _record(cfg: DictConfig, run_dir: Path, command: str | None, trainer: L.Trai
         "cost": {"wall_s": round(time.time() - started, 2), "tokens_per_s": throughput.average_tokens_per_s(),
                  "peak_mem_mb": peak_memory_mb(module.device), "steps": trainer.global_step,
                  # start-up: config checks, data, tokenizer and model up to the first training batch
-                 "startup_s": round(throughput.first_batch_at - started, 2) if throughput.first_batch_at else None},
+                 "startup_s": round(throughput.first_batch_at - started, 2) if throughput.first_batch_at else None,
+                 # callbacks.mfu: model FLOPs utilisation over the run against the matmul peak measured in the
+                 # same process on CPU (the datasheet peak on listed GPUs); see training/perf.py
+                 **mfu_summary(callbacks)},
         "metric_flavours": run_flavours(cfg, task),
         "wandb_run_id": wandb_id,
         "run_dir": str(run_dir.resolve()),
