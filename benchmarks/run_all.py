@@ -16,7 +16,7 @@ def main() -> int:
     failed = []
     for script in SCRIPTS:
         print(f"\n##### {script} {' '.join(args)}", flush=True)
-        extra = [a for a in args if a == "--quick" and script != "bench_decoding.py"]
+        extra = [a for a in args if a == "--quick"]
         if subprocess.run([sys.executable, str(HERE / script), *extra], cwd=HERE.parent).returncode:
             failed.append(script)
     if failed:

@@ -103,3 +103,28 @@ def test_benchmark_helpers_ratios_and_subprocess_memory():
     peak = memory_in_subprocess(REPO / "benchmarks" / "bench_bigbird.py",
                                 ["--memory-case", "blocked", "--length", "512"], timeout=120)
     assert peak is not None and peak >= 0
+
+
+def test_quick_bench_runs_write_beside_the_committed_results():
+    """``--quick`` (the CI smoke) must never replace the committed measurements in results/bench/."""
+    import subprocess
+
+    code = "import benchmarks._common as c; print(c.RESULTS)"
+    quick = subprocess.run([sys.executable, "-c", code, "--quick"], cwd=REPO, capture_output=True, text=True)
+    full = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True)
+    assert Path(quick.stdout.strip()) == REPO / "results" / "bench" / "quick"
+    assert Path(full.stdout.strip()) == REPO / "results" / "bench"
+
+
+@pytest.mark.slow
+def test_make_bench_quick_smoke_runs_every_script(tmp_path):
+    """What CI runs (``make bench BENCH_ARGS=--quick``): every script ends well, with or without the
+    ``bench`` extra (the Hugging Face baseline is then skipped with one line saying how to add it)."""
+    import importlib.util
+    import subprocess
+
+    out = subprocess.run([sys.executable, "benchmarks/run_all.py", "--quick"], cwd=REPO, capture_output=True,
+                         text=True, timeout=1800)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    if importlib.util.find_spec("transformers") is None:
+        assert "skipping the Hugging Face BigBird baseline" in out.stdout
