@@ -49,11 +49,12 @@ endef
 .PHONY: reproduce-ut-table4 reproduce-ut-table7 reproduce-lra-table1 reproduce-qknorm-table1 \
 	reproduce-synthesizer-table2 reproduce-synthesizer-table6 reproduce-synthesizer-table7 reproduce-list \
 	reproduce-synthesizer-table3 reproduce-synthesizer-table4 reproduce-synthesizer-table5 \
-	reproduce-ut-table1 reproduce-ut-table3 reproduce-ut-table5 reproduce-ut-table6
+	reproduce-ut-table1 reproduce-ut-table3 reproduce-ut-table5 reproduce-ut-table6 \
+	reproduce-bigbird-table1 reproduce-bigbird-table10
 
 reproduce-list: ## List every reproduce target's rows (presets) and table specs
 	@$(foreach t,ut/table1 ut/table3 ut/table4 ut/table5 ut/table6 ut/table7 lra/table1 qknorm/table1 synthesizer/table2 synthesizer/table3 \
-		synthesizer/table4 synthesizer/table5 synthesizer/table6 synthesizer/table7,\
+		synthesizer/table4 synthesizer/table5 synthesizer/table6 synthesizer/table7 bigbird/table1 bigbird/table10,\
 		echo "reproduce-$(subst /,-,$(t)): rows $(or $(call repro_rows,$(t)),none yet); tables $(or $(call repro_specs,$(t)),none yet)";)
 
 reproduce-ut-table4: $(STAMP) ## UT Table 4: copy/reverse/addition, Transformer vs UT (SEEDS= SCALE= HARDWARE= LAUNCHER= ARGS=)
@@ -97,6 +98,12 @@ reproduce-ut-table5: $(STAMP) ## UT Table 5: Learning to Execute memorization (c
 
 reproduce-ut-table6: $(STAMP) ## UT Table 6: Learning to Execute program evaluation (program/control/addition)
 	$(call reproduce,ut/table6)
+
+reproduce-bigbird-table1: $(STAMP) ## BigBird Table 1: MLM at 512, full vs random vs window vs random + window
+	$(call reproduce,bigbird/table1)
+
+reproduce-bigbird-table10: $(STAMP) ## BigBird Table 10: MLM bits per token/char, full at 512 vs BigBird-ITC at 2048/4096
+	$(call reproduce,bigbird/table10)
 
 # Synthesizer Tables 4-5, the T5 path (README "T5-style path"): per attention row and seed, span-corruption
 # pre-training (synthesizer/t5/pretrain_<row>), then the GLUE (Table 4) or SuperGLUE (Table 5) mixture trained

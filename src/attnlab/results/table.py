@@ -115,7 +115,8 @@ class TableSpec:
     path: Path | None = None
 
 
-_SPEC_KEYS = {"title", "paper", "table", "data", "match", "notes", "metrics", "rows"}
+# laptop: the scale=cpu protocol of the table ({protocol, per_run_s, runs}), read by make reproduce-list.
+_SPEC_KEYS = {"title", "paper", "table", "data", "match", "notes", "metrics", "rows", "laptop"}
 _METRIC_KEYS = {"ours", "label", "direction", "scale", "paper_key", "paper_scale", "digits", "from", "match", "mean_of"}
 _ROW_KEYS = {"label", "match", "paper_row"}
 
