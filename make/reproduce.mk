@@ -22,7 +22,15 @@ SEEDS ?= 1,2,3
 SCALE ?= cpu
 HARDWARE ?= cpu
 ARGS ?=
-LAUNCHER ?=
+# On CPU hardware the rows x seeds run JOBS at a time (Hydra's joblib launcher), each with CORES/JOBS torch
+# threads: the laptop models do not scale across threads, so this fills the machine (README "Performance").
+# LAUNCHER=basic runs them one after another; LAUNCHER=submitit_slurm_attnlab sends them to SLURM.
+CORES := $(shell nproc 2>/dev/null || echo 1)
+JOBS ?= $(CORES)
+LAUNCHER ?= $(if $(filter cpu%,$(HARDWARE)),joblib_attnlab)
+repro_threads = $(shell echo $$(( $(CORES) / $(JOBS) > 0 ? $(CORES) / $(JOBS) : 1 )))
+repro_launcher = $(if $(LAUNCHER),hydra/launcher=$(LAUNCHER)) \
+	$(if $(filter joblib_attnlab,$(LAUNCHER)),hydra.launcher.n_jobs=$(JOBS) hardware.torch_threads=$(repro_threads))
 RUNS ?= $(or $(ATTNLAB_RUNS_DIR),runs)
 TABLES_OUT ?= results/
 EXPERIMENT_CONF := src/attnlab/conf/experiment
@@ -41,7 +49,7 @@ define reproduce
 	@test -n "$(call repro_rows,$(1))" || { echo "error: no presets under $(EXPERIMENT_CONF)/$(1)" >&2; exit 2; }
 	@test -n "$(call repro_specs,$(1))" || { echo "error: no table spec $(TABLE_SPECS)/$(1)[_*].yaml" >&2; exit 2; }
 	ATTNLAB_SKIP_EXISTING=1 $(BIN)/attnlab-train -m experiment=$(call repro_rows,$(1)) seed=$(SEEDS) \
-		scale=$(SCALE) hardware=$(HARDWARE) paths.runs_dir=$(RUNS) $(if $(LAUNCHER),hydra/launcher=$(LAUNCHER)) $(ARGS)
+		scale=$(SCALE) hardware=$(HARDWARE) paths.runs_dir=$(RUNS) $(repro_launcher) $(ARGS)
 	$(BIN)/python -m attnlab.results.publish $(RUNS) $(PUBLISHED) --only $(1)
 	$(foreach spec,$(call repro_specs,$(1)),$(BIN)/attnlab-table table=$(spec) runs=$(PUBLISHED) out=$(TABLES_OUT) print=true &&) true
 endef
@@ -121,11 +129,11 @@ define reproduce_t5
 	@test -n "$(call t5_rows,multitask_$(1))" || { echo "error: no presets $(EXPERIMENT_CONF)/synthesizer/t5/multitask_$(1)_*.yaml" >&2; exit 2; }
 	ATTNLAB_SKIP_EXISTING=1 $(BIN)/attnlab-train -m experiment=$(call t5_rows,pretrain) seed=$(SEEDS) \
 		scale=$(SCALE) hardware=$(HARDWARE) paths.runs_dir=$(RUNS) hydra.sweep.dir=$(T5_PRETRAIN_DIR) \
-		'hydra.sweep.subdir=$${experiment_name}-s$${seed}' $(if $(LAUNCHER),hydra/launcher=$(LAUNCHER)) $(ARGS)
+		'hydra.sweep.subdir=$${experiment_name}-s$${seed}' $(repro_launcher) $(ARGS)
 	ATTNLAB_SKIP_EXISTING=1 $(BIN)/attnlab-train -m experiment=$(call t5_rows,multitask_$(1)) seed=$(SEEDS) \
 		scale=$(SCALE) hardware=$(HARDWARE) paths.runs_dir=$(RUNS) \
 		'init_from=$(T5_PRETRAIN_DIR)/$${pretrain_experiment}-s$${seed}/checkpoints/last.ckpt' \
-		$(if $(LAUNCHER),hydra/launcher=$(LAUNCHER)) $(ARGS)
+		$(repro_launcher) $(ARGS)
 	$(BIN)/python -m attnlab.results.publish $(RUNS) $(PUBLISHED) --only synthesizer/t5
 	$(foreach spec,$(call repro_specs,synthesizer/t5_$(2)),$(BIN)/attnlab-table table=$(spec) runs=$(PUBLISHED) out=$(TABLES_OUT) print=true &&) true
 endef

@@ -430,6 +430,7 @@ DEFAULT_HASH_EXCLUDE: tuple[str, ...] = (
     "enable_model_summary",
     "log_every_n_steps",  # logging cadence
     "num_workers",  # dataloader processes; batches are the same
+    "torch_threads",  # intra-op threads: how fast, not what is computed
     "print_config",
 )
 

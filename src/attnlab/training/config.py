@@ -54,6 +54,7 @@ class HardwareSchema:
     max_batch_per_device: int
     num_workers: int
     matmul_precision: str
+    torch_threads: int | None = None
 
 
 @dataclass
@@ -147,7 +148,7 @@ CHOICES = {
 POSITIVE = ("model.d_model", "model.num_heads", "model.d_ff", "hardware.devices", "hardware.num_nodes",
             "hardware.max_batch_per_device", "batch.sentences_per_update", "batch.eval_batch_size",
             "batch.tokens_per_update", "callbacks.record_attention_sample_size",
-            "trainer.log_every_n_steps", "trainer.val_check_interval", "optim.lr")
+            "trainer.log_every_n_steps", "trainer.val_check_interval", "optim.lr", "hardware.torch_threads")
 NON_NEGATIVE = ("model.encoder_layers", "model.random_position_offset", "model.decoder_layers", "optim.warmup_steps",
                 "hardware.num_workers", "optim.weight_decay", "optim.grad_clip", "trainer.num_sanity_val_steps")
 

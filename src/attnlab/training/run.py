@@ -474,6 +474,9 @@ def run(cfg: DictConfig, *, run_dir: str | os.PathLike | None = None, command: s
     L.seed_everything(int(cfg.seed), workers=True, verbose=False)
     if cfg.hardware.matmul_precision:
         torch.set_float32_matmul_precision(cfg.hardware.matmul_precision)
+    if cfg.hardware.get("torch_threads"):
+        # Small models do not scale across threads: parallel sweeps give each job cores/jobs threads.
+        torch.set_num_threads(int(cfg.hardware.torch_threads))
 
     task = build_task_data(cfg)
     module = build_module(cfg, task)
