@@ -91,3 +91,20 @@ def test_bigbird_rows_never_fall_back_to_dense_attention(experiment):
     module = _bigbird(cfg, int(cfg.task.block_len))
     assert not module.uses_dense(int(cfg.task.block_len))
     assert attended_fraction(module, int(cfg.task.block_len)) < 1.0
+
+
+def test_a_bigbird_run_records_its_attended_fraction_and_step_time(tmp_path):
+    from attnlab.training.run import run
+    from tests.conftest import TINY, compose
+
+    overrides = [*TINY, "experiment=lra/table1/bigbird_listops", "model.d_model=16", "model.num_heads=2",
+                 "model.d_ff=32", "task.at_scale.cpu.train_size=16", "task.at_scale.cpu.val_size=4",
+                 "task.at_scale.cpu.test_size=4", "task.at_scale.cpu.min_len=80", "task.at_scale.cpu.max_len=96",
+                 "logger=none", "callbacks=none"]
+    cfg = compose(overrides, run_dir=tmp_path / "run")
+    record = run(cfg, run_dir=tmp_path / "run", command="pytest", cli_overrides=overrides)
+    coverage = record["extra"]["attention_coverage"]
+    assert coverage["block_size"] == 8 and 80 <= coverage["lengths"]["min"] <= coverage["lengths"]["max"] <= 96
+    assert 0.0 < coverage["attended_fraction_min"] <= coverage["attended_fraction_mean"] \
+        <= coverage["attended_fraction_max"] < 1.0
+    assert record["cost"]["step_s"] > 0
