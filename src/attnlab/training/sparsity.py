@@ -3,7 +3,8 @@
 The attended fraction at length L is the share of the (query, key) pairs among L real tokens that the
 attention lets through: allowed pairs / L^2 (bidirectional) or / L(L+1)/2 (causal, where only the past
 counts), 1.0 when the module falls back to dense attention at that length. It is read from the module's own
-plan (``plan_for_length``, ``uses_dense``: BigBird), so it is the pattern the run trained with. Dense variants
+plan (``plan_for_length``, ``uses_dense``: BigBird), so it is the pattern the run trained with, averaged over
+the plan's heads when each head has its own random blocks. Dense variants
 have no plan and are not reported. The run record keeps the summary over the test split's lengths
 (``extra.attention_coverage``), so a table can check a claim such as "BigBird attends <= 50% of the keys".
 """
@@ -33,9 +34,11 @@ def attended_fraction(module: torch.nn.Module, length: int) -> float:
     if module.uses_dense(length):
         return 1.0
     with torch.no_grad():
+        # (heads of the plan, length, length), or (length, length) for a plan shared by every head
         allowed = bigbird_reference_allowed(module.plan_for_length(length, torch.device("cpu")), length)
     pairs = length * (length + 1) // 2 if causal else length * length
-    return int(allowed.sum()) / pairs
+    heads = allowed.numel() // (length * length)
+    return int(allowed.sum()) / (pairs * heads)
 
 
 def coverage_summary(model: torch.nn.Module, lengths: Iterable[int]) -> dict[str, Any] | None:
