@@ -88,3 +88,41 @@ def test_best_checkpoint_is_tested_and_named_in_the_record(tmp_path):
     saved = torch.load(tested["path"], weights_only=True)["state_dict"]
     for key, value in module.state_dict().items():
         torch.testing.assert_close(value, saved[key], rtol=0, atol=0)
+
+
+def test_validation_scores_the_dev_split_for_selection(tmp_path):
+    # With decoding in validation, the task's text scores of the dev split (QKNorm: dev BLEU) are logged as
+    # val/<score>, computed over the whole split from the decoded outputs in reference order.
+    from attnlab.training.run import build_datamodule
+
+    cfg = compose([*TINY, *TINY_ALGO, "task.decoding.decode_in_validation=true"], run_dir=tmp_path)
+    module = build_module(cfg)
+    loader = build_datamodule(cfg).val_dataloader()
+    batches = list(loader)
+    n = sum(len(b["src"]) for b in batches)
+    module.references = {"val": [("ref", i) for i in range(n)]}
+    module.detokenize = lambda row: tuple(row)
+    seen: list = []
+
+    def scorer(hypotheses, references):
+        seen.append((hypotheses, references))
+        return {"bleu": 100.0 * sum(len(h) for h in hypotheses) / len(hypotheses)}
+
+    module.text_scorer = scorer
+    logged: dict = {}
+    module.log = lambda name, value, **kw: logged.__setitem__(name, float(value))
+    module.eval()
+    module.on_validation_epoch_start()
+    start = 0
+    decoded = []
+    with torch.no_grad():
+        for batch in batches:
+            size = len(batch["src"])
+            batch["ref_index"] = torch.arange(start, start + size)
+            start += size
+            module.validation_step(batch, 0)
+            decoded += [tuple(r) for r in module.decode(batch["src"]).tolist()]
+        module.on_validation_epoch_end()
+    hypotheses, references = seen[-1]
+    assert references == module.references["val"] and hypotheses == decoded
+    assert logged["val/bleu"] == pytest.approx(100.0 * sum(map(len, decoded)) / n)
