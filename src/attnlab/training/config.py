@@ -59,12 +59,12 @@ class HardwareSchema:
 
 @dataclass
 class OptimSchema:
-    optimizer: str
+    optimizer: Any      # adam | adamw | {_target_: torch.optim.SGD, ...} (called with the parameter groups and lr)
     lr: float
     betas: list[float]
     eps: float
     weight_decay: float
-    schedule: str
+    schedule: Any       # inverse_sqrt | cosine | constant | {_target_: a torch LR scheduler, called with the optimizer}
     warmup_steps: int
     min_lr_ratio: float
     label_smoothing: float
@@ -133,6 +133,9 @@ class WandbSchema:
     tags: list[str]
     offline: bool
     log_model: bool
+    name: Any = None         # null: <row or run name>-s<seed>
+    job_type: Any = "train"
+    notes: Any = None
 
 
 CHOICES = {
@@ -186,11 +189,27 @@ def _get(cfg: DictConfig, dotted: str):
     return OmegaConf.select(cfg, dotted, throw_on_missing=False)
 
 
+# Keys that take your own class instead of a built-in name (README "Add your own").
+TARGET_ALLOWED = ("optim.optimizer", "optim.schedule")
+
+
+def _builtin(node: DictConfig) -> DictConfig:
+    """``node`` without the entries that name their own class (``_target_``): those are instantiated as
+    written (training/run.py), the rest are checked against the schema."""
+    own = [k for k, v in node.items_ex(resolve=False) if isinstance(v, DictConfig) and "_target_" in v]
+    if not own:
+        return node
+    return OmegaConf.create({k: v for k, v in node.items_ex(resolve=False) if k not in own})
+
+
 def validate(cfg: DictConfig) -> None:
     """Raise ConfigError (one line) for the first problem found in a composed config."""
     from attnlab.attention import available, get_entry
     from attnlab.models.recurrence import available_recurrences, recurrence_options
+    from attnlab.plugins import load_plugins
     from attnlab.tasks.schemas import task_schema
+
+    load_plugins(cfg)  # the variants, tasks and classes of the user's own modules (README "Add your own")
 
     for section in ("model", "task", "hardware", "optim", "trainer", "batch", "logger", "callbacks", "scale"):
         try:
@@ -203,8 +222,8 @@ def validate(cfg: DictConfig) -> None:
     _check(cfg.optim, OptimSchema, "optim")
     _check(cfg.trainer, TrainerSchema, "trainer")
     _check(cfg.batch, BatchSchema, "batch")
-    _check(cfg.logger, LoggerSchema, "logger")
-    _check(cfg.callbacks, CallbacksSchema, "callbacks")
+    _check(_builtin(cfg.logger), LoggerSchema, "logger")
+    _check(_builtin(cfg.callbacks), CallbacksSchema, "callbacks")
     if cfg.logger.get("wandb") is not None:
         _check(cfg.logger.wandb, WandbSchema, "logger.wandb")
     if "decoding" in cfg.task:
@@ -240,6 +259,10 @@ def validate(cfg: DictConfig) -> None:
 
     for dotted, valid in CHOICES.items():
         value = _get(cfg, dotted)
+        if isinstance(value, DictConfig) and dotted in TARGET_ALLOWED:
+            if not isinstance(value.get("_target_"), str):
+                raise ConfigError(f"{dotted} must be one of {', '.join(valid)} or a mapping with a _target_")
+            continue
         if value is not None and str(value) not in valid:
             raise ConfigError(f"{dotted}={value!r} is not valid; valid: {', '.join(valid)}")
     for dotted in POSITIVE:
