@@ -126,3 +126,24 @@ def test_validation_scores_the_dev_split_for_selection(tmp_path):
     hypotheses, references = seen[-1]
     assert references == module.references["val"] and hypotheses == decoded
     assert logged["val/bleu"] == pytest.approx(100.0 * sum(map(len, decoded)) / n)
+
+
+@pytest.mark.parametrize("override, message", [
+    ("optim.plateau={factor: 1.5}", "optim.plateau.factor=1.5"),
+    ("optim.plateau={patience: 0}", "optim.plateau.patience=0"),
+    ("optim.plateau={monitr: val/bleu}", "unknown key optim.plateau.monitr"),
+    ("test_weights=first", "test_weights='first' is not valid"),
+])
+def test_bad_recipe_options_are_one_line(override, message):
+    from attnlab.training.config import ConfigError, validate
+
+    with pytest.raises(ConfigError, match=message) as err:
+        validate(compose([*TINY, *TINY_ALGO, override]))
+    assert "\n" not in str(err.value)
+
+
+def test_best_weights_need_a_best_checkpoint():
+    from attnlab.training.config import ConfigError, validate
+
+    with pytest.raises(ConfigError, match="save_top_k"):
+        validate(compose([*TINY, *TINY_ALGO, "test_weights=best", "callbacks.checkpoint.save_top_k=0"]))
