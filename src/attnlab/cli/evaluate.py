@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from attnlab.cli.common import fail, one_line, user_errors
+from attnlab.cli.common import fail, one_line, quiet_lightning, user_errors
 
 log = logging.getLogger("attnlab")
 WHICH = ("last", "best")
@@ -168,11 +168,10 @@ def evaluate(path: Path, which: str = "last", overrides: list[str] | None = None
 def main(argv: list[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    for name in ("lightning.pytorch", "lightning.fabric"):
-        logging.getLogger(name).setLevel(logging.WARNING)
     os.environ.setdefault("HYDRA_FULL_ERROR", "0")
     try:
         path, which, overrides = parse_args(argv)
+        quiet_lightning()
         result = evaluate(path, which, overrides)
     except (EvalError, *user_errors()) as exc:
         fail(one_line(exc))

@@ -53,12 +53,18 @@ class TaskData:
 _FAMILIES: dict[str, Callable[[dict[str, Any], int], TaskData]] = {}
 
 
-def register_task_family(loader: str):
-    """Register a function ``(task_cfg: dict, seed: int) -> TaskData`` under ``task.loader``."""
+def register_task_family(loader: str, *, schema: type | None = None):
+    """Register a function ``(task_cfg: dict, seed: int) -> TaskData`` under ``task.loader``; a loader
+    outside attnlab passes ``schema``, the dataclass of its task config (a subclass of
+    ``tasks.schemas.CommonTask``), which the config check and the loader's defaults then use."""
 
     def wrap(fn):
         if loader in _FAMILIES:
             raise ValueError(f"task loader {loader!r} registered twice")
+        if schema is not None:
+            from attnlab.tasks.schemas import register_schema
+
+            register_schema(loader, schema)
         _FAMILIES[loader] = fn
         return fn
 

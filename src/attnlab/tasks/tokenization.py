@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
+import time
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -24,6 +26,7 @@ from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_toke
 from attnlab.tasks.base import DataError
 from attnlab.tasks.vocab import SPECIALS
 
+log = logging.getLogger(__name__)
 KINDS = ("bpe", "wordpiece", "word", "char")
 # fairseq's choice (tasks/translation.py): an <unk> in a hypothesis becomes a string no reference contains,
 # so it can never earn an n-gram match (SEMANTICS 28).
@@ -97,10 +100,16 @@ def build_tokenizer(kind: str, texts: Sequence[str], *, vocab_size: int, lowerca
     path = folder / f"{kind}-{cache_key(kind, texts, settings)}.json"
     if path.is_file():
         try:
-            return Tokenizer.from_file(str(path))
+            tok = Tokenizer.from_file(str(path))
+            log.info("tokenizer: %s loaded from the cache %s", kind, path)
+            return tok
         except Exception:  # noqa: BLE001 - a corrupt cache entry is retrained, never trusted
             pass
+    log.info("training a %s tokenizer (vocabulary %d) on %d lines ...", kind, vocab_size, len(texts))
+    started = time.monotonic()
     tok = _train(kind, texts, vocab_size, lowercase, min_frequency)
+    log.info("tokenizer trained in %.1f s: %d tokens, cached as %s", time.monotonic() - started,
+             tok.get_vocab_size(), path)
     for i, special in enumerate(SPECIALS):
         if tok.token_to_id(special) != i:
             raise DataError(f"tokenizer put {special} at id {tok.token_to_id(special)}, expected {i}")
