@@ -155,32 +155,30 @@ class TaskModule(L.LightningModule):
 
     @staticmethod
     def _gather(pairs: list[tuple[int, Any]]) -> dict[int, Any]:
-        """{example index: output} from the (index, output) pairs of every rank."""
+        """{example index: output} from every rank; a DistributedSampler may repeat an example to even out ranks."""
         if torch.distributed.is_available() and torch.distributed.is_initialized():
             gathered: list = [None] * torch.distributed.get_world_size()
             torch.distributed.all_gather_object(gathered, pairs)
             pairs = [p for part in gathered for p in part]
-        return dict(pairs)  # a DistributedSampler may repeat an example to even out ranks
+        return dict(pairs)
 
     def gather_outputs(self, idx: int) -> dict[int, Any]:
-        """The outputs of one evaluation split from every rank (also kept in ``test_outputs``)."""
+        """{example index: output} of one evaluation split from every rank (kept in ``test_outputs``)."""
         by_index = self._gather(self._hypotheses.get(idx, []))
         if by_index:
             self.test_outputs[self.eval_prefix(idx)] = by_index
         return by_index
 
     def _score_split(self, idx: int) -> dict[str, float]:
-        by_index = self.gather_outputs(idx)  # every rank: gathering is collective
-        if self.text_scorer is None:
-            return {}
-        return self._score_by_index(by_index, list(self.task_info["eval_splits"].values())[idx])
+        split = list(self.task_info["eval_splits"].values())[idx]
+        return self._score_by_index(self.gather_outputs(idx), split)
 
     def _score_outputs(self, pairs: list[tuple[int, Any]], split: str) -> dict[str, float]:
         """Scores over the whole split: outputs are gathered from every rank, then scored once."""
         return self._score_by_index(self._gather(pairs), split)
 
     def _score_by_index(self, by_index: dict[int, Any], split: str) -> dict[str, float]:
-        if not by_index:
+        if not by_index or self.text_scorer is None:
             return {}
         refs = self.references[split]
         order = sorted(by_index)
