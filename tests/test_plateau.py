@@ -147,3 +147,20 @@ def test_best_weights_need_a_best_checkpoint():
 
     with pytest.raises(ConfigError, match="save_top_k"):
         validate(compose([*TINY, *TINY_ALGO, "test_weights=best", "callbacks.checkpoint.save_top_k=0"]))
+
+
+@pytest.mark.parametrize("pair, every, stop_lr", [("gl_en", 100, 5e-5), ("en_vi", 1500, 1e-5), ("sk_en", 600, 1e-5)])
+def test_qknorm_presets_follow_the_official_recipe(pair, every, stop_lr):
+    # CyndxAI/QKNorm configurations.py + controller.py, at paper scale, for both rows of a pair.
+    for row in ("qknorm", "baseline"):
+        cfg = compose([f"experiment=qknorm/table1/{row}_{pair}", "scale=paper"])
+        o = cfg.optim
+        assert o.lr == pytest.approx(512**-0.5 * 8000**-0.5, rel=1e-3) and o.warmup_steps == 8000
+        assert o.schedule == "constant" and list(o.betas) == [0.9, 0.999] and o.eps == 1e-8
+        assert dict(o.plateau) == {"monitor": "val/bleu", "mode": "max", "factor": 0.8, "patience": 3,
+                                   "stop_lr": stop_lr}
+        assert cfg.trainer.val_check_interval == every and cfg.batch.tokens_per_update == 4096
+        assert cfg.test_weights == "best" and cfg.callbacks.checkpoint.monitor == "val/bleu"
+        assert cfg.callbacks.checkpoint.mode == "max" and cfg.task.decoding.decode_in_validation
+        assert (cfg.task.decoding.max_len_a, cfg.task.decoding.max_len_b) == (1.0, 50)
+    assert compose(["experiment=qknorm/table1/qknorm_gl_en", "scale=paper"]).task.tokenizer.vocab_size == 3000
