@@ -64,8 +64,8 @@ def test_best_checkpoint_is_tested_and_named_in_the_record(tmp_path):
     # metric, and the record says so (step, score, flavour); last is the default.
     # Checkpoints ranked by the HIGHEST val/loss, so that the selected one is not the last (losses fall).
     cfg = compose([*TINY, *TINY_ALGO, "logger=csv", "trainer.max_steps=6", "test_weights=best",
-                   "callbacks.checkpoint.mode=max",
-                   "optim.plateau={monitor: val/loss, mode: min, patience: 1, factor: 0.5}"], run_dir=tmp_path)
+                   "callbacks.checkpoint.mode=max", "optim.schedule=constant",
+                   "optim.plateau={monitor: val/loss, mode: max, patience: 1, factor: 0.5}"], run_dir=tmp_path)
     record = run(cfg, run_dir=tmp_path, command="test")
     tested = record["extra"]["test_checkpoint"]
     with open(tmp_path / "csv" / "metrics.csv") as f:
@@ -73,6 +73,14 @@ def test_best_checkpoint_is_tested_and_named_in_the_record(tmp_path):
     losses = {int(r["step"]) + 1: float(r["val/loss"]) for r in rows}  # the CSV step is global_step - 1
     best_step = max(losses, key=losses.get)
     assert best_step < 6  # not the final weights
+    # The plateau rule (here "a loss below the previous one is worse", to force it) halved the rate in the
+    # trainer after each such validation: the logged rate after the last decay is the peak x 0.5^decays.
+    with open(tmp_path / "csv" / "metrics.csv") as f:
+        rates = [(int(r["step"]), float(r["lr-Adam/pg1"])) for r in csv.DictReader(f) if r.get("lr-Adam/pg1")]
+    steps = sorted(losses)
+    # a decay at a validation before the last update shows in the rates logged after it
+    decays = sum(1 for a, b in zip(steps, steps[1:]) if losses[b] < losses[a] and b < 6)
+    assert decays >= 1 and rates[-1][1] == pytest.approx(cfg.optim.lr * 0.5**decays)
     assert tested["weights"] == "best" and tested["monitor"] == "val/loss"
     assert tested["step"] == best_step and tested["score"] == pytest.approx(losses[best_step], rel=1e-5)
     assert record["metric_flavours"]["test_weights"] == "best checkpoint by val/loss (max)"
