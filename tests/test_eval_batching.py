@@ -8,7 +8,8 @@ import random
 import pytest
 import torch
 
-from attnlab.decoding import beam_search, greedy_decode
+from attnlab.decoding import greedy_decode
+from attnlab.decoding.search import beam_search_reference
 from attnlab.tasks.batching import IndexedDataset, IndexedSeq2SeqCollate
 from attnlab.training.data import LengthSortedEvalSampler, TaskDataModule
 from attnlab.training.run import build_module, build_task_data
@@ -32,7 +33,8 @@ def test_length_sorted_eval_sampler_covers_every_example_once_in_length_order():
 @pytest.mark.parametrize("strategy", ["greedy", "beam"])
 def test_seq2seq_test_outputs_are_scored_in_reference_order(strategy, tmp_path):
     """Batches come sorted by source length; each output still meets its own reference (``ref_index``), and
-    equals decoding that source alone (no cross-talk from the padding or the other beams of its batch)."""
+    equals decoding that source alone (no cross-talk from the padding or the other beams of its batch), with
+    the unbatched reference beam search for beam."""
     cfg = compose([*TINY, *TINY_ALGO, "task.at_scale.cpu.test_size=10", "batch.eval_batch_size=4"],
                   run_dir=tmp_path)
     task = build_task_data(cfg)
@@ -67,6 +69,6 @@ def test_seq2seq_test_outputs_are_scored_in_reference_order(strategy, tmp_path):
         if strategy == "greedy":
             out = greedy_decode(module.model, alone, bos_id=t["bos_id"], eos_id=eos, max_len=9)
         else:
-            out = beam_search(module.model, alone, bos_id=t["bos_id"], eos_id=eos, max_len=9, beam_size=3,
+            out = beam_search_reference(module.model, alone, bos_id=t["bos_id"], eos_id=eos, max_len=9, beam_size=3,
                               alpha=e["length_penalty_alpha"], length_penalty=e["length_penalty"])
         assert hyp == module.detokenize(out[0].tolist())
