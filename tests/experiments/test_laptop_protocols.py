@@ -77,7 +77,7 @@ def test_rows_that_share_d_model_share_the_learning_rate(table, scale):
         key = (cfg.task.name, cfg.model.d_model)
         by_width.setdefault(key, {})[experiment] = float(cfg.optim.lr)
     for (task, width), rates in by_width.items():
-        assert len(set(rates.values())) == 1, f"{table} at scale={scale}, {task}, d_model {width}: learning rates {rates}"
+        assert len(set(rates.values())) == 1, f"{table} at scale={scale}, {task}, d_model {width}: lr {rates}"
 
 
 def _mt_presets():
