@@ -132,6 +132,7 @@ def _plain(experiment: str, scale: str) -> dict:
     plain.pop("paths", None)
     # at_scale blocks are inputs: at scale=cpu they are already merged into the effective values compared
     # here, at scale=paper they are unused. Comparing them too would only repeat those differences.
+    plain.pop("at_scale", None)  # the root block (laptop protocols), likewise
     for section in ("model", "task"):
         plain[section].pop("at_scale", None)
     return _flat(plain)
