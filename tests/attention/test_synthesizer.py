@@ -102,7 +102,9 @@ def test_fixed_random_has_its_own_draw_per_layer_and_head_from_the_run_seed():
     for group in (flat, heads):
         corr = torch.corrcoef(torch.stack(group))
         off = corr[~torch.eye(len(group), dtype=torch.bool)]
-        assert off.abs().max() < 0.05  # independent draws, not copies or shifted copies
+        # Independent draws of n entries correlate at ~N(0, 1/n): 5 standard deviations never flags them,
+        # while a copy (1.0) or a copy scaled or partly shared across layers does.
+        assert off.abs().max() < 5 / group[0].numel() ** 0.5
     for r in rs.values():  # each draw is standard normal, as the paper's initialiser
         assert abs(float(r.mean())) < 0.05 and abs(float(r.std()) - 1) < 0.05
     again = _fixed_rs(_fixed_random_model(seed=7))
