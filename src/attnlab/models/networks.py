@@ -9,7 +9,6 @@ from typing import Any
 import torch
 from torch import nn
 
-from attnlab.attention import number_attention_layers
 from attnlab.attention.seeding import draw_per_layer
 from attnlab.models.blocks import LayerSpec, sinusoid_table
 from attnlab.models.recurrence import build_decoder_stack, build_encoder_stack
@@ -117,7 +116,6 @@ class EncoderDecoder(nn.Module):
         self.pad_id = pad_id
         self.encoder = build_encoder_stack(dict(cfg["recurrence"]), spec, cfg["encoder_layers"])
         self.decoder = build_decoder_stack(dict(cfg["recurrence"]), spec, cfg["decoder_layers"], cross=True)
-        number_attention_layers(self)  # per-layer random state (BigBird plans) from (run seed, layer)
         self.max_shift = int(cfg.get("random_position_offset", 0) or 0)
         emb = dict(pad_id=pad_id, max_len=max_len, positions=cfg["positions"], dropout=cfg["dropout"],
                    max_shift=self.max_shift)
@@ -163,7 +161,6 @@ class DecoderLM(nn.Module):
         spec = _spec(cfg, max_len)
         self.pad_id = pad_id
         self.decoder = build_decoder_stack(dict(cfg["recurrence"]), spec, cfg["decoder_layers"], cross=False)
-        number_attention_layers(self)
         self.max_shift = int(cfg.get("random_position_offset", 0) or 0)
         self.embed = Embedding(vocab, cfg["d_model"], pad_id=pad_id, max_len=max_len,
                                positions=cfg["positions"], dropout=cfg["dropout"], max_shift=self.max_shift)
@@ -191,7 +188,6 @@ class EncoderClassifier(nn.Module):
         spec = _spec(cfg, max_len)
         self.pad_id = pad_id
         self.encoder = build_encoder_stack(dict(cfg["recurrence"]), spec, cfg["encoder_layers"])
-        number_attention_layers(self)
         self.max_shift = int(cfg.get("random_position_offset", 0) or 0)
         self.embed = Embedding(vocab, cfg["d_model"], pad_id=pad_id, max_len=max_len,
                                positions=cfg["positions"], dropout=cfg["dropout"], max_shift=self.max_shift)
