@@ -70,10 +70,10 @@ golden: $(STAMP) ## Rewrite the resolved-config snapshots in tests/golden (revie
 bench: $(STAMP) ## Run the performance benchmarks (ratios vs same-process baselines; results/bench/); BENCH_ARGS=--quick
 	$(BIN)/python benchmarks/run_all.py $(BENCH_ARGS)
 
-tables: $(STAMP) ## Rebuild every results table from the committed run records in results/runs (no training)
+tables: $(STAMP) ## Rebuild every results table and results/CLAIMS.md from the committed run records in results/runs (no training)
 	$(BIN)/attnlab-table table=all runs=$(PUBLISHED) out=results/ readme=README.md
 
-check-tables: $(STAMP) ## Fail unless every committed table is exactly what results/runs gives (CI runs this)
+check-tables: $(STAMP) ## Fail unless every committed table and results/CLAIMS.md is exactly what results/runs gives (CI runs this)
 	$(BIN)/attnlab-table table=all runs=$(PUBLISHED) out=results/ readme=README.md check=true
 
 publish-runs: $(STAMP) ## Copy the records of finished preset runs (RUNS=runs) into results/runs for committing

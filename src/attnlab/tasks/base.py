@@ -45,6 +45,9 @@ class TaskData:
     # through the tokenizer (no <unk> in references).
     score_text: Callable[[list[Any], list[Any]], dict[str, float]] | None = None
     references: dict[str, list[Any]] = field(default_factory=dict)
+    # The raw source text of each evaluation example (text tasks), written beside the decoded outputs; where
+    # absent, the outputs file shows the detokenized source ids.
+    sources: dict[str, list[str]] = field(default_factory=dict)
 
 
 _FAMILIES: dict[str, Callable[[dict[str, Any], int], TaskData]] = {}

@@ -29,8 +29,11 @@ class Throughput(L.Callback):
         self.total_tokens = 0
         self.train_seconds = 0.0
         self._window_tokens, self._window_seconds, self._window_steps = 0, 0.0, 0
+        self.first_batch_at: float | None = None  # wall clock of the first training batch (start-up time)
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        if self.first_batch_at is None:
+            self.first_batch_at = time.time()
         self._t0 = time.perf_counter()
         self._tokens0 = pl_module._tokens_seen
         self._step0 = trainer.global_step

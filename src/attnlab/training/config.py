@@ -54,6 +54,7 @@ class HardwareSchema:
     max_batch_per_device: int
     num_workers: int
     matmul_precision: str
+    torch_threads: int | None = None
 
 
 @dataclass
@@ -68,6 +69,8 @@ class OptimSchema:
     min_lr_ratio: float
     label_smoothing: float
     grad_clip: float
+    plateau: Any = None   # null, or training/plateau.py PlateauOptions: decay on a validation plateau, stop_lr
+    freeze_embeddings: bool = False  # token embeddings and output softmax kept fixed (Synthesizer T5 fine-tuning)
 
 
 @dataclass
@@ -130,6 +133,9 @@ class WandbSchema:
     tags: list[str]
     offline: bool
     log_model: bool
+    name: Any = None         # null: <row or run name>-s<seed>
+    job_type: Any = "train"
+    notes: Any = None
 
 
 CHOICES = {
@@ -142,12 +148,13 @@ CHOICES = {
     "optim.schedule": ("inverse_sqrt", "cosine", "constant"),
     "task.decoding.strategy": ("greedy", "beam"),
     "task.decoding.length_penalty": ("gnmt", "fairseq"),
+    "test_weights": ("last", "best"),
 }
 
 POSITIVE = ("model.d_model", "model.num_heads", "model.d_ff", "hardware.devices", "hardware.num_nodes",
             "hardware.max_batch_per_device", "batch.sentences_per_update", "batch.eval_batch_size",
             "batch.tokens_per_update", "callbacks.record_attention_sample_size",
-            "trainer.log_every_n_steps", "trainer.val_check_interval", "optim.lr")
+            "trainer.log_every_n_steps", "trainer.val_check_interval", "optim.lr", "hardware.torch_threads")
 NON_NEGATIVE = ("model.encoder_layers", "model.random_position_offset", "model.decoder_layers", "optim.warmup_steps",
                 "hardware.num_workers", "optim.weight_decay", "optim.grad_clip", "trainer.num_sanity_val_steps")
 
@@ -233,6 +240,18 @@ def validate(cfg: DictConfig) -> None:
         )
     _check_options(cfg.model.recurrence, recurrence_options(recurrence), "model.recurrence",
                    f"recurrence {recurrence}")
+
+    if cfg.optim.get("plateau") is not None:
+        from attnlab.training.plateau import PlateauOptions
+
+        _check_options(cfg.optim.plateau, PlateauOptions, "optim.plateau", "the plateau decay")
+        try:
+            PlateauOptions(**OmegaConf.to_container(cfg.optim.plateau, resolve=True))
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+    if cfg.get("test_weights") == "best" and not _get(cfg, "callbacks.checkpoint.save_top_k"):
+        raise ConfigError("test_weights=best needs a best checkpoint: set callbacks.checkpoint.save_top_k >= 1 "
+                          "(and callbacks.checkpoint.monitor to the validation metric that picks it)")
 
     loader = cfg.task.get("loader")
     schema = task_schema(loader)

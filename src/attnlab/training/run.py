@@ -155,9 +155,12 @@ def model_config(cfg: DictConfig, task: TaskData) -> dict[str, Any]:
             f"raise model.max_len or shorten the task"
         )
     attention = model["attention"]
+    if "seed" in attention and attention["seed"] is None:  # fixed random R: drawn from the run seed per layer
+        attention["seed"] = int(cfg.seed)
     if "train_length_p975" in attention and attention["train_length_p975"] is None and task.train_lengths:
-        lengths = torch.tensor(task.train_lengths, dtype=torch.float64)
-        attention["train_length_p975"] = float(torch.quantile(lengths, 0.975))
+        from attnlab.attention.qknorm import length_p975
+
+        attention["train_length_p975"] = length_p975(task.train_lengths)
     return model
 
 
@@ -198,7 +201,9 @@ def build_module(cfg: DictConfig, task: TaskData | None = None) -> TaskModule:
     module = module_cls(model_config(cfg, task), OmegaConf.to_container(cfg.optim, resolve=True), task_info(task),
                         decoding_config(cfg))
     if task.score_text is not None:
-        module.text_scorer, module.detokenize, module.references = task.score_text, task.detokenize, task.references
+        module.text_scorer, module.references = task.score_text, task.references
+    if task.kind == "seq2seq":  # decoded test outputs are kept for the outputs files (training/outputs.py)
+        module.detokenize = task.detokenize
     return module
 
 
@@ -213,6 +218,7 @@ def build_datamodule(cfg: DictConfig, task: TaskData | None = None) -> Resumable
 
 # -- resuming ----------------------------------------------------------------------------------------------
 RESUME_MODES = ("auto", "never")
+OUTPUTS_DIR = "outputs"  # decoded test outputs beside results.json (training/outputs.py)
 WANDB_ID_FILE = "wandb_run_id"
 
 
@@ -345,15 +351,46 @@ def build_wandb_logger(cfg: DictConfig, run_dir: Path, run_id: str | None = None
         offline = w.offline and os.environ.get("WANDB_MODE") in (None, "", "offline")
         if offline:
             os.environ.setdefault("WANDB_MODE", "offline")
+        name, tags = wandb_name_and_tags(cfg)
         return WandbLogger(
             project=w.project, entity=w.entity, group=w.group or cfg.get("experiment_name") or cfg.run_name,
-            tags=list(w.tags), save_dir=str(run_dir), offline=offline, log_model=w.log_model,
-            config=OmegaConf.to_container(cfg, resolve=True), name=cfg.run_name,
-            settings=_wandb_settings(), id=run_id, resume="allow" if run_id else None,
+            tags=tags, save_dir=str(run_dir), offline=offline, log_model=w.log_model,
+            config=OmegaConf.to_container(cfg, resolve=True), name=name, job_type=w.get("job_type") or "train",
+            notes=w.get("notes"), settings=_wandb_settings(), id=run_id, resume="allow" if run_id else None,
         )
     except Exception as exc:  # noqa: BLE001 - a logging backend must never stop training
         log.warning("wandb logger disabled: %s: %s", exc.__class__.__name__, str(exc).splitlines()[0])
         return None
+
+
+def wandb_name_and_tags(cfg: DictConfig) -> tuple[str, list[str]]:
+    """The run's wandb name (``logger.wandb.name``, else ``<row or run name>-s<seed>``: the seeds of one table
+    row differ) and tags (the configured ones plus ``seed:<n>`` and ``row:<row>``)."""
+    w = cfg.logger.wandb
+    row = cfg.get("row")
+    name = w.get("name") or f"{row or cfg.run_name}-s{cfg.seed}"
+    tags = [*w.tags, f"seed:{cfg.seed}", *([f"row:{row}"] if row else [])]
+    return name, [t[:64] for t in dict.fromkeys(str(t) for t in tags)]  # wandb refuses tags over 64 chars
+
+
+def publish_to_wandb(record: dict[str, Any], run_dir: Path) -> None:
+    """What a reviewer needs on the wandb run: the run record as summary (``attnlab/record``, which
+    ``attnlab-table source=wandb`` reads back) and as a file, the decoded outputs, and the metric flavours
+    (sacreBLEU signature, decoding, ...) in the run's config. A failure is logged; the run stays complete."""
+    try:
+        import wandb
+
+        run = wandb.run
+        if run is None:
+            return
+        run.summary["attnlab/record"] = record
+        run.config.update({"metric_flavours": record.get("metric_flavours") or {}}, allow_val_change=True)
+        for path in [run_dir / "results.json", *sorted((run_dir / OUTPUTS_DIR).glob("*"))]:
+            if path.is_file():
+                wandb.save(str(path), base_path=str(run_dir), policy="now")
+    except Exception as exc:  # noqa: BLE001 - a logging backend must never fail a finished run
+        log.warning("wandb: could not publish the run record: %s: %s", exc.__class__.__name__,
+                    str(exc).splitlines()[0] if str(exc) else "")
 
 
 def _wandb_settings():
@@ -390,6 +427,11 @@ def build_callbacks(cfg: DictConfig, run_dir: Path) -> list:
         callbacks.append(MFUCallback(log_every=cfg.trainer.log_every_n_steps))
     if c.get("ponder_stats") and cfg.model.recurrence.name.endswith("act"):
         callbacks.append(PonderStats(str(run_dir), sample_size=c.ponder_stats.sample_size))
+    if cfg.optim.get("plateau") is not None:
+        from attnlab.training.plateau import PlateauDecay, PlateauOptions
+
+        options = PlateauOptions(**OmegaConf.to_container(cfg.optim.plateau, resolve=True))
+        callbacks.append(PlateauDecay(options, warmup_steps=cfg.optim.warmup_steps))
     if c.get("record_attention"):
         from attnlab.training.attention_record import AttentionWeightsHistogram
 
@@ -520,6 +562,9 @@ def run(cfg: DictConfig, *, run_dir: str | os.PathLike | None = None, command: s
     L.seed_everything(int(cfg.seed), workers=True, verbose=False)
     if cfg.hardware.matmul_precision:
         torch.set_float32_matmul_precision(cfg.hardware.matmul_precision)
+    if cfg.hardware.get("torch_threads"):
+        # Small models do not scale across threads: parallel sweeps give each job cores/jobs threads.
+        torch.set_num_threads(int(cfg.hardware.torch_threads))
 
     describe_config(cfg, run_dir)
     task = build_task_data(cfg)
@@ -552,6 +597,7 @@ def run(cfg: DictConfig, *, run_dir: str | os.PathLike | None = None, command: s
     warnings.filterwarnings("ignore", message=".*`training_step` returned `None`.*")
     try:
         trainer.fit(module, datamodule=datamodule, ckpt_path=resume_path, weights_only=True)
+        tested = load_test_weights(cfg, module, callbacks, trainer.global_step)
         trainer.test(module, datamodule=datamodule, verbose=False)
     except OSError as exc:
         if exc.errno in STORAGE_ERRNOS:  # the disk filled up or the folder became read-only mid-run
@@ -575,14 +621,44 @@ def run(cfg: DictConfig, *, run_dir: str | os.PathLike | None = None, command: s
 
     record = _record(cfg, run_dir, command, trainer, module, callbacks, task, started, status="completed",
                      config_hash=asked_hash)
+    record["metric_flavours"]["test_weights"] = tested.pop("flavour")
+    record["extra"]["test_checkpoint"] = tested
     if resume_path is not None:
         record["extra"]["resumed_from"] = str(Path(resume_path).resolve())
     if trainer.is_global_zero:
+        from attnlab.training.outputs import write_decoded_outputs
+
+        write_decoded_outputs(run_dir / OUTPUTS_DIR, module.test_outputs, task)  # before the record: complete
         write_record(run_dir / "results.json", record)
     for lg in loggers:
         if lg.__class__.__name__ == "WandbLogger":
+            if trainer.is_global_zero:
+                publish_to_wandb(record, run_dir)
             _finish_wandb()
     return record
+
+
+def load_test_weights(cfg: DictConfig, module: TaskModule, callbacks: list, final_step: int) -> dict[str, Any]:
+    """Put the weights the test splits are scored with into ``module`` (``test_weights``) and describe them:
+    ``last`` keeps the final weights; ``best`` loads the checkpoint best by ``callbacks.checkpoint.monitor``
+    (QKNorm tests its best-dev-BLEU checkpoint). Returns the record's description, ``flavour`` included."""
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    if cfg.get("test_weights", "last") == "last":
+        return {"weights": "last", "step": final_step, "flavour": "last weights (end of training)"}
+    best = next((c for c in callbacks if isinstance(c, ModelCheckpoint)), None)
+    monitor, mode = cfg.callbacks.checkpoint.monitor, cfg.callbacks.checkpoint.mode
+    flavour = f"best checkpoint by {monitor} ({mode})"
+    if best is None or not best.best_model_path:
+        log.warning("test_weights=best, but no checkpoint was selected by %s (no validation ran): testing the "
+                    "last weights", monitor)
+        return {"weights": "last", "step": final_step, "flavour": "last weights (no validation ran)"}
+    ckpt = load_checkpoint_file(Path(best.best_model_path))
+    module.load_state_dict(ckpt["state_dict"])
+    score = best.best_model_score
+    log.info("testing the best checkpoint by %s: %s", monitor, best.best_model_path)
+    return {"weights": "best", "monitor": monitor, "mode": mode, "step": checkpoint_step(ckpt),
+            "score": None if score is None else float(score), "path": str(best.best_model_path), "flavour": flavour}
 
 
 def _record(cfg: DictConfig, run_dir: Path, command: str | None, trainer: L.Trainer, module: TaskModule,
@@ -613,7 +689,9 @@ def _record(cfg: DictConfig, run_dir: Path, command: str | None, trainer: L.Trai
         "metrics": {"final": collect_metrics(trainer) if status == "completed" else {}, "best": dict(best.best)},
         "params": params,
         "cost": {"wall_s": round(time.time() - started, 2), "tokens_per_s": throughput.average_tokens_per_s(),
-                 "peak_mem_mb": peak_memory_mb(module.device), "steps": trainer.global_step},
+                 "peak_mem_mb": peak_memory_mb(module.device), "steps": trainer.global_step,
+                 # start-up: config checks, data, tokenizer and model up to the first training batch
+                 "startup_s": round(throughput.first_batch_at - started, 2) if throughput.first_batch_at else None},
         "metric_flavours": run_flavours(cfg, task),
         "wandb_run_id": wandb_id,
         "run_dir": str(run_dir.resolve()),
@@ -683,12 +761,13 @@ def write_failed_record(cfg: DictConfig, run_dir: str | os.PathLike, command: st
 def _completed_twin(cfg: DictConfig) -> dict[str, Any] | None:
     """With ATTNLAB_SKIP_EXISTING=1 (``make reproduce-*`` sets it): the record of a completed run of the
     same config hash under ``paths.runs_dir``, so a re-run of a table trains only what is missing."""
-    from attnlab.results.lookup import find_completed, skip_existing_requested
+    from attnlab.results.lookup import find_completed, search_roots, skip_existing_requested
     from attnlab.results.record import read_record
 
     if not skip_existing_requested():
         return None
-    done = find_completed(cfg.paths.runs_dir, _safe_hash(cfg))  # the hash the record itself carries
+    # runs/ and the published results/runs: a clean clone skips what is committed.
+    done = find_completed(search_roots(cfg.paths.runs_dir), _safe_hash(cfg))  # the hash the record carries
     if done is None:
         return None
     log.info("skipping: a completed run with the same config hash exists: %s", done)
