@@ -149,9 +149,11 @@ def model_config(cfg: DictConfig, task: TaskData) -> dict[str, Any]:
     model.pop("at_scale", None)
     if model.get("max_len") is None:
         model["max_len"] = task.max_len
-    elif task.max_len > model["max_len"]:
+    elif task.max_len > model["max_len"] and longest_example(task) > model["max_len"]:
+        # A seq2seq task's max_len includes room to decode (max_len_a x source + max_len_b); an explicit
+        # model.max_len (the synthesizers' l_max) only has to hold the data: decoding stops at it.
         raise ConfigError(
-            f"the task needs sequences of length {task.max_len} but model.max_len={model['max_len']}; "
+            f"the task needs sequences of length {longest_example(task)} but model.max_len={model['max_len']}; "
             f"raise model.max_len or shorten the task"
         )
     attention = model["attention"]
@@ -162,6 +164,15 @@ def model_config(cfg: DictConfig, task: TaskData) -> dict[str, Any]:
 
         attention["train_length_p975"] = length_p975(task.train_lengths)
     return model
+
+
+def longest_example(task: TaskData) -> int:
+    """The longest sequence a model must hold over every split (BOS/EOS included), without decoding room."""
+    from attnlab.training.data import example_length
+
+    if task.kind != "seq2seq" or not task.datasets:
+        return task.max_len
+    return max(max(example_length(ds[i]) for i in range(len(ds))) + 1 for ds in task.datasets.values() if len(ds))
 
 
 def task_info(task: TaskData) -> dict[str, Any]:
