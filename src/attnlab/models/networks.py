@@ -205,3 +205,31 @@ class EncoderClassifier(nn.Module):
         keep = (~padding).unsqueeze(-1).to(h.dtype)
         pooled = (h * keep).sum(1) / keep.sum(1).clamp_min(1.0)
         return self.head(pooled), _merge_aux(aux, {})
+
+
+class EncoderMLM(nn.Module):
+    """Encoder with BERT's masked-LM head: dense + GELU + LayerNorm, then the output projection tied to the
+    token embedding plus a per-token bias (google-research/bert ``get_masked_lm_output``).
+
+    ``forward(ids, scored)`` returns logits at the ``scored`` positions only, (number scored, vocab): the
+    vocabulary projection, the largest matrix product at word level, is paid for 15% of the tokens.
+    """
+
+    def __init__(self, cfg: dict[str, Any], *, vocab: int, pad_id: int, max_len: int):
+        super().__init__()
+        spec = _spec(cfg, max_len)
+        self.pad_id = pad_id
+        self.encoder = build_encoder_stack(dict(cfg["recurrence"]), spec, cfg["encoder_layers"])
+        self.embed = Embedding(vocab, cfg["d_model"], pad_id=pad_id, max_len=max_len,
+                               positions=cfg["positions"], dropout=cfg["dropout"])
+        d = cfg["d_model"]
+        self.transform = nn.Sequential(nn.Linear(d, d), nn.GELU(), nn.LayerNorm(d))
+        self.output = nn.Linear(d, vocab, bias=True)
+        if cfg["tie_output"]:
+            self.output.weight = self.embed.tokens.weight
+
+    def forward(self, ids: torch.Tensor, scored: torch.Tensor):
+        padding = ids.eq(self.pad_id)
+        x = self.embed(ids, add_positions=not self.encoder.adds_positions)
+        h, aux = self.encoder(x, padding if padding.any() else None)
+        return self.output(self.transform(h[scored])), _merge_aux(aux, {})
