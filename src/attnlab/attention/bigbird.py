@@ -25,7 +25,6 @@ from attnlab.attention.kernels.blocksparse_reference import (
 from attnlab.attention.masks import build_allowed_mask
 from attnlab.attention.recording import AttentionWeights, WeightPart, emit_dense
 from attnlab.attention.registry import register_attention
-from attnlab.attention.seeding import layer_seed
 
 log = logging.getLogger(__name__)
 
@@ -177,11 +176,11 @@ class BigBirdAttention(Attention):
         Random plans are per head and per layer (official ``bigbird_block_rand_mask_with_head``, HF): the
         buffer ``random_blocks`` (P, n_max, r) holds, for each plan head and query block of the
         n_max = ceil(max_len / block) frame, r distinct key blocks drawn uniformly outside its window
-        and globals (causal: strictly earlier). It is drawn from a generator seeded by (option ``seed``,
-        the module's path in the network): ``seed: null`` is the run seed (filled in by the trainer; 0
-        for a module built outside a run), and the network redraws every layer once it is built
-        (``attention.seeding.draw_per_layer`` -> ``draw_for_layer``). It is persistent: the same plan in
-        train and eval, and after a checkpoint. O(H * L / block * r) memory: linear in length.
+        and globals (causal: strictly earlier). It is drawn from a generator seeded by (seed, layer index),
+        seed = option ``seed`` or, when null, the run seed (``torch.initial_seed()``, which
+        ``seed_everything(cfg.seed)`` sets before the model is built); the network passes the layer
+        index through ``bind_layer`` (``attention.base.number_attention_layers``). It is persistent: the
+        same plan in train and eval, and after a checkpoint. O(H * L / block * r) memory: linear in length.
         ``share_plan_across_heads`` (P = 1) and ``share_plan_across_layers`` (the layer index left out of
         the seed) restore a shared plan. ``resample="every_step"`` redraws it (from the global torch RNG)
         at every training forward, HF's behaviour; eval then uses the last drawn plan.
@@ -261,16 +260,18 @@ class BigBirdAttention(Attention):
         self.out_proj = nn.Linear(d_model, d_model, bias=bias)
         self.max_blocks = -(-int(self.max_len) // o.block_size)
         self.plan_heads = 1 if o.share_plan_across_heads else num_heads
-        self.plan_path = ""
+        self.layer_index = 0
+        self.run_seed = torch.initial_seed()
         self.register_buffer("random_blocks", self._draw(self._plan_generator()), persistent=True)
         self._plans: dict = {}
         self._logged_fallback: set[int] = set()
 
     # -- plan ----------------------------------------------------------------------------------------
     def plan_seed(self) -> int:
-        """The seed of this layer's random plan: (option ``seed``, the module's path in the network)."""
-        base = 0 if self.options.seed is None else int(self.options.seed)
-        return layer_seed(base, "" if self.options.share_plan_across_layers else self.plan_path)
+        """The seed of this layer's random plan: (option ``seed`` or the run seed, layer index)."""
+        base = self.run_seed if self.options.seed is None else int(self.options.seed)
+        layer = 0 if self.options.share_plan_across_layers else self.layer_index
+        return (base * 1_000_003 + layer) % (1 << 63)
 
     def _plan_generator(self) -> torch.Generator:
         return torch.Generator().manual_seed(self.plan_seed())
@@ -283,10 +284,9 @@ class BigBirdAttention(Attention):
             generator=generator,
         )
 
-    def draw_for_layer(self, path: str) -> None:
-        """Redraw the random plan for this layer (``attention.seeding.draw_per_layer``, called once by the
-        network after it is built, with this module's path in it)."""
-        self.plan_path = path
+    def bind_layer(self, layer_index: int, run_seed: int) -> None:
+        """Redraw the random plan for this layer of a run (called once, after the network is built)."""
+        self.layer_index, self.run_seed = int(layer_index), int(run_seed)
         with torch.no_grad():
             self.random_blocks.copy_(self._draw(self._plan_generator()))
 
