@@ -23,7 +23,15 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
-from attnlab.cli.common import HYDRA_FLAGS, compose_checked, fail, one_line, run_errors, user_errors
+from attnlab.cli.common import (
+    HYDRA_FLAGS,
+    check_group_choices,
+    compose_checked,
+    fail,
+    one_line,
+    run_errors,
+    user_errors,
+)
 
 log = logging.getLogger("attnlab")
 
@@ -33,7 +41,8 @@ def hydra_main(cfg: DictConfig) -> None:
     from hydra.core.hydra_config import HydraConfig
 
     from attnlab.training.checkpointing import Preempted
-    from attnlab.training.run import close_wandb, run, write_failed_record
+    from attnlab.training.run import close_wandb, run
+    from attnlab.training.storage import RunFolderBusy, RunFolderLock
 
     # Importing Lightning resets its loggers to INFO with a handler of their own (start-up tips, "GPU
     # available: False"); keep them at the level the job logging config asks for.
@@ -48,27 +57,39 @@ def hydra_main(cfg: DictConfig) -> None:
     multirun = hc.mode.name == "MULTIRUN"
     out = hc.runtime.output_dir
     try:
+        lock = RunFolderLock(out).acquire()  # one run per folder; released however this job ends
+    except RunFolderBusy as exc:  # the folder and its record belong to the live run: write nothing
+        if multirun:
+            log.error("job failed: %s", exc)
+            _FAILED_JOBS.append(f"{out}: {exc}")
+            return
+        fail(str(exc))
+    try:
         record = run(cfg, run_dir=out, command=command, cli_overrides=overrides)
     except Preempted as exc:
         log.warning("%s", exc)
         if callable(exc.previous_handler):
             exc.previous_handler(exc.signum, None)  # e.g. submitit: requeue this job, then exit
         fail(str(exc), code=128 + int(exc.signum))
+    except KeyboardInterrupt:  # Ctrl-C before training started (while reading data): nothing to resume
+        fail("interrupted (Ctrl-C) before training started; rerun the same command to start again", code=130)
     except user_errors() + run_errors() as exc:
-        write_failed_record(cfg, out, command, one_line(exc))
+        reason = _record_failure(cfg, out, command, one_line(exc))
         if multirun:
-            log.error("job failed: %s", one_line(exc))
+            log.error("job failed: %s", reason)
+            _FAILED_JOBS.append(f"{out}: {reason}")
             return
-        fail(one_line(exc), code=2 if isinstance(exc, user_errors()) else 1)
+        fail(reason, code=2 if isinstance(exc, user_errors()) else 1)
     except Exception as exc:
-        reason = f"{exc.__class__.__name__}: {one_line(exc)}"
-        write_failed_record(cfg, out, command, reason)
+        reason = _record_failure(cfg, out, command, f"{exc.__class__.__name__}: {one_line(exc)}")
         if multirun:
             log.exception("job failed: %s", reason)  # the traceback lands in the job's train.log
+            _FAILED_JOBS.append(f"{out}: {reason}")
             return
         raise
     finally:
         close_wandb()
+        lock.release()
     metrics = record["metrics"]["final"]
     shown = {k: v for k, v in metrics.items() if k.startswith(("test", "val/"))}
     log.info("run record: %s/results.json", record["run_dir"])
@@ -76,21 +97,48 @@ def hydra_main(cfg: DictConfig) -> None:
         log.info("  %-28s %s", key, "n/a" if value is None else f"{value:.4f}")
 
 
+# Jobs of this process's sweep that failed (one line each); a sweep with any exits non-zero after listing them.
+_FAILED_JOBS: list[str] = []
+
+
+def _record_failure(cfg: DictConfig, out: str, command: str, reason: str) -> str:
+    """Write the failed record; the reason, plus a note when the folder could not take even that record."""
+    from attnlab.training.run import write_failed_record
+
+    if write_failed_record(cfg, out, command, reason):
+        return reason
+    return f"{reason}; no run record could be written in {out}"
+
+
 def main(argv: list[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
     # Lightning 2.6 on torch 2.13 warns about a torch-internal pytree API at every fit; it is not ours to fix.
     warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\).*")
+    try:
+        check_group_choices(argv)
+    except user_errors() as exc:
+        fail(one_line(exc))
     if not any(a in HYDRA_FLAGS or a.startswith(tuple(f + "=" for f in HYDRA_FLAGS)) for a in argv):
-        from attnlab.training.faults import check_can_create
+        from attnlab.training.storage import RunFolderLock, busy_message, check_can_create
 
         try:
             compose_checked("train", argv)
-            check_can_create(Path(_planned_run_dir(argv)))
+            run_dir = Path(_planned_run_dir(argv))
+            check_can_create(run_dir)
         except user_errors() + run_errors() as exc:
             fail(one_line(exc))
+        owner = RunFolderLock.owner(run_dir)
+        if owner is not None:
+            fail(busy_message(run_dir, owner))
     os.environ.setdefault("HYDRA_FULL_ERROR", "0")
     sys.argv = [sys.argv[0], *argv]
+    _FAILED_JOBS.clear()
     hydra_main()
+    if _FAILED_JOBS:
+        print(f"attnlab-train: error: {len(_FAILED_JOBS)} job(s) of the sweep failed:", file=sys.stderr)
+        for line in _FAILED_JOBS:
+            print(f"  {line}", file=sys.stderr)
+        raise SystemExit(1)
 
 
 def _planned_run_dir(argv: list[str]) -> str:

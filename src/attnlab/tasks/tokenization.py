@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 from collections import Counter
 from collections.abc import Iterable, Sequence
@@ -21,6 +22,8 @@ from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_toke
 
 from attnlab.tasks.base import DataError
 from attnlab.tasks.vocab import SPECIALS
+
+log = logging.getLogger("attnlab")
 
 KINDS = ("bpe", "wordpiece", "word", "char")
 # fairseq's choice (tasks/translation.py): an <unk> in a hypothesis becomes a string no reference contains,
@@ -71,7 +74,10 @@ def _train(kind: str, texts: Sequence[str], vocab_size: int, lowercase: bool, mi
     # Metaspace for BPE keeps spaces recoverable; WordPiece splits punctuation too (BERT style).
     tok.pre_tokenizer = (pre_tokenizers.Metaspace() if kind == "bpe"
                          else pre_tokenizers.Sequence([pre_tokenizers.WhitespaceSplit(), pre_tokenizers.Punctuation()]))
+    log.info("training a %s tokenizer (vocabulary %d) on %d texts, %.1f M characters", kind, vocab_size, len(texts),
+             sum(map(len, texts)) / 1e6)
     tok.train_from_iterator(texts, trainer=trainer)
+    log.info("tokenizer trained: %d entries", tok.get_vocab_size())
     return tok
 
 
