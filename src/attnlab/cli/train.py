@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import time
 import warnings
 from pathlib import Path
 
@@ -61,7 +62,7 @@ def hydra_main(cfg: DictConfig) -> None:
     except RunFolderBusy as exc:  # the folder and its record belong to the live run: write nothing
         if multirun:
             log.error("job failed: %s", exc)
-            _FAILED_JOBS.append(f"{out}: {exc}")
+            _FAILED_JOBS[out] = str(exc)
             return
         fail(str(exc))
     try:
@@ -77,14 +78,14 @@ def hydra_main(cfg: DictConfig) -> None:
         reason = _record_failure(cfg, out, command, one_line(exc))
         if multirun:
             log.error("job failed: %s", reason)
-            _FAILED_JOBS.append(f"{out}: {reason}")
+            _FAILED_JOBS[out] = reason
             return
         fail(reason, code=2 if isinstance(exc, user_errors()) else 1)
     except Exception as exc:
         reason = _record_failure(cfg, out, command, f"{exc.__class__.__name__}: {one_line(exc)}")
         if multirun:
             log.exception("job failed: %s", reason)  # the traceback lands in the job's train.log
-            _FAILED_JOBS.append(f"{out}: {reason}")
+            _FAILED_JOBS[out] = reason
             return
         raise
     finally:
@@ -97,8 +98,9 @@ def hydra_main(cfg: DictConfig) -> None:
         log.info("  %-28s %s", key, "n/a" if value is None else f"{value:.4f}")
 
 
-# Jobs of this process's sweep that failed (one line each); a sweep with any exits non-zero after listing them.
-_FAILED_JOBS: list[str] = []
+# Jobs of a sweep that failed in this process ({run folder: reason}); jobs of other launchers (joblib, SLURM)
+# are found by their failed records. A sweep with any exits non-zero after listing them.
+_FAILED_JOBS: dict[str, str] = {}
 
 
 def _record_failure(cfg: DictConfig, out: str, command: str, reason: str) -> str:
@@ -130,26 +132,65 @@ def main(argv: list[str] | None = None) -> None:
         owner = RunFolderLock.owner(run_dir)
         if owner is not None:
             fail(busy_message(run_dir, owner))
+    multirun = any(a in ("-m", "--multirun") for a in argv)
+    if multirun and not any(a.startswith("hydra.sweep.dir=") for a in argv):
+        try:  # name the sweep folder now (as Hydra would), to find its failed jobs afterwards
+            argv = [*argv, f'hydra.sweep.dir="{_planned_dir(argv, "sweep")}"']
+        except user_errors():
+            pass  # Hydra itself reports what is wrong with the command
     os.environ.setdefault("HYDRA_FULL_ERROR", "0")
     sys.argv = [sys.argv[0], *argv]
     _FAILED_JOBS.clear()
+    started = time.time()
     hydra_main()
-    if _FAILED_JOBS:
-        print(f"attnlab-train: error: {len(_FAILED_JOBS)} job(s) of the sweep failed:", file=sys.stderr)
-        for line in _FAILED_JOBS:
-            print(f"  {line}", file=sys.stderr)
-        raise SystemExit(1)
+    if multirun:
+        failed = {str(Path(k).resolve()): v for k, v in (*_failed_records(argv, since=started).items(),
+                                                           *_FAILED_JOBS.items())}
+        if failed:
+            print(f"attnlab-train: error: {len(failed)} job(s) of the sweep failed:", file=sys.stderr)
+            for folder, reason in sorted(failed.items()):
+                print(f"  {folder}: {reason}", file=sys.stderr)
+            raise SystemExit(1)
 
 
 def _planned_run_dir(argv: list[str]) -> str:
     """Where Hydra will put this single run (timestamps may differ by a second; only the parent matters)."""
+    return _planned_dir(argv, "run")
+
+
+def _planned_dir(argv: list[str], mode: str) -> str:
+    """``hydra.run.dir`` or ``hydra.sweep.dir`` as Hydra will resolve it (sweep values and flags left out)."""
     from hydra import compose, initialize_config_module
     from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.override_parser.overrides_parser import OverridesParser
 
+    plain = [a for a in argv if not a.startswith("-")]
+    parsed = OverridesParser.create().parse_overrides(plain)
+    single = [a for a, o in zip(plain, parsed) if not o.is_sweep_override()]
     GlobalHydra.instance().clear()
     with initialize_config_module(config_module="attnlab.conf", version_base="1.3"):
-        cfg = compose("train", overrides=argv, return_hydra_config=True)
-        return str(cfg.hydra.run.dir)
+        cfg = compose("train", overrides=single, return_hydra_config=True)
+        return str(cfg.hydra.run.dir if mode == "run" else cfg.hydra.sweep.dir)
+
+
+def _failed_records(argv: list[str], since: float) -> dict[str, str]:
+    """{run folder: error} of the failed records written by this sweep (under its ``hydra.sweep.dir``)."""
+    import json
+
+    given = [a.split("=", 1)[1] for a in argv if a.startswith("hydra.sweep.dir=")]
+    if not given:
+        return {}
+    failed = {}
+    for path in Path(given[-1].strip("'\"")).rglob("results.json"):
+        try:
+            if path.stat().st_mtime < since:
+                continue
+            record = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if isinstance(record, dict) and record.get("status") == "failed":
+            failed[str(path.parent)] = str(record.get("error"))
+    return failed
 
 
 if __name__ == "__main__":
