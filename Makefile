@@ -19,7 +19,10 @@ endif
 .PHONY: help install demo test test-slow test-gpu test-all lint format golden bench tables check-tables publish-runs clean
 
 help: ## List every target with a one-line description
-	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_%-]+:.*## / {printf "  \033[36m%-16s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@awk -v color=$$([ -t 1 ] && echo 1) 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_%-]+:.*## / {name[++n] = $$1; \
+	  text[n] = $$2; if (length($$1) > width) width = length($$1)} END {on = color ? "\033[36m" : ""; \
+	  off = color ? "\033[0m" : ""; for (i = 1; i <= n; i++) printf "  %s%-" width "s%s  %s\n", on, name[i], off, text[i]}' \
+	  $(MAKEFILE_LIST)
 
 $(STAMP): pyproject.toml
 	@test -n "$(PYTHON)" || { echo "error: python3.11 not found; install Python 3.11 or set PYTHON=" >&2; exit 1; }
@@ -67,10 +70,10 @@ golden: $(STAMP) ## Rewrite the resolved-config snapshots in tests/golden (revie
 bench: $(STAMP) ## Run the performance benchmarks (ratios vs same-process baselines; results/bench/); BENCH_ARGS=--quick
 	$(BIN)/python benchmarks/run_all.py $(BENCH_ARGS)
 
-tables: $(STAMP) ## Rebuild every results table from the committed run records in results/runs (no training)
+tables: $(STAMP) ## Rebuild every results table and results/CLAIMS.md from the committed run records in results/runs (no training)
 	$(BIN)/attnlab-table table=all runs=$(PUBLISHED) out=results/ readme=README.md
 
-check-tables: $(STAMP) ## Fail unless every committed table is exactly what results/runs gives (CI runs this)
+check-tables: $(STAMP) ## Fail unless every committed table and results/CLAIMS.md is exactly what results/runs gives (CI runs this)
 	$(BIN)/attnlab-table table=all runs=$(PUBLISHED) out=results/ readme=README.md check=true
 
 publish-runs: $(STAMP) ## Copy the records of finished preset runs (RUNS=runs) into results/runs for committing

@@ -69,7 +69,9 @@ def peak_extra_bytes(run: Callable[[], object]) -> int:
 
 def memory_in_subprocess(script: Path, args: list[str], timeout: float = 900) -> int | None:
     """Run ``script --memory-case ... args`` in a fresh interpreter; it prints ``PEAK_BYTES=<n>``."""
-    env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536", "PYTHONPATH": str(REPO)}
+    # The repository's own src/ first, so a checkout (or worktree) measures its code, not an installed copy.
+    path = os.pathsep.join(p for p in (str(REPO / "src"), str(REPO), os.environ.get("PYTHONPATH", "")) if p)
+    env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536", "PYTHONPATH": path}
     try:
         out = subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True,
                              timeout=timeout, env=env, cwd=REPO)

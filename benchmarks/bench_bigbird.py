@@ -1,9 +1,12 @@
-"""Goals 1-3 of issue 7: BigBird block-sparse attention on CPU vs dense SDPA, transformers' BigBird and
-compiled FlexAttention; time and memory vs L for every variant (results/bench/bigbird.{md,json,png}).
+"""BigBird block-sparse attention on CPU vs dense SDPA, transformers' BigBird and compiled FlexAttention
+(issue 7 goals 1-3; issue 16 goals 4 and 4b: per-head, per-layer random plans, efficiency against the
+ideal ratio dense FLOPs / plan FLOPs, peak memory against fused dense SDPA); time and memory vs L for
+every variant (results/bench/bigbird.{md,json,png}).
 
     python benchmarks/bench_bigbird.py [--repeats 5] [--quick]
 
-Shapes (issue 7): batch 1, 8 heads, head dim 64, fp32; BigBird block 64, window 3, 2 global, 3 random.
+Shapes (issue 7): batch 1, 8 heads, head dim 64, fp32; BigBird block 64, window 3, 2 global, 3 random,
+one random plan per head (the module's default).
 Attention core = q, k, v in, output out (projections excluded); "layer" = the attnlab attention module
 (q/k/v/output projections included), input (1, L, 512). Timings are interleaved in one process; ratios
 are per round (baseline / candidate) with min/median/max over rounds. Memory is the peak RSS growth of one
@@ -109,12 +112,13 @@ def make_case(name: str, length: int):
 
     module = _bigbird(length, causal)
     plan = module.plan_for_length(length)
-    if base in ("blocked", "reference", "blocked_recompute"):
+    if base in ("blocked", "reference", "blocked_recompute", "blocked_saveprobs"):
         from attnlab.attention.kernels.blocksparse_blocked import blocked_blocksparse_attention
         from attnlab.attention.kernels.blocksparse_reference import blocksparse_attention
 
         fn = {"blocked": blocked_blocksparse_attention, "reference": blocksparse_attention,
-              "blocked_recompute": lambda *a: blocked_blocksparse_attention(*a, save_probs=False)}[base]
+              "blocked_recompute": lambda *a: blocked_blocksparse_attention(*a, save_probs=False),
+              "blocked_saveprobs": lambda *a: blocked_blocksparse_attention(*a, save_probs=True)}[base]
 
         def run():
             clear()
@@ -137,6 +141,17 @@ def make_case(name: str, length: int):
                 flex_blocksparse_attention(q, k, v, plan, block_mask=mask)
         return run
     raise SystemExit(f"unknown case {name}")
+
+
+def ideal_ratio(length: int, causal: bool) -> float:
+    """Dense score FLOPs / the plan's score FLOPs (both in key blocks per query block, averaged over the
+    heads' plans): the speed-up a kernel as efficient as dense SDPA would reach. Causal dense counts the
+    lower triangle of blocks (causal SDPA skips the rest)."""
+    plan = _bigbird(length, causal).plan_for_length(length)
+    n = plan.num_blocks
+    plan_blocks = plan.key_valid.sum().item() / plan.plan_heads + plan.dense_rows.numel() * n
+    dense_blocks = n * (n + 1) / 2 if causal else n * n
+    return dense_blocks / plan_blocks
 
 
 def memory(name: str, length: int) -> int | None:
@@ -180,17 +195,36 @@ def main() -> None:
         for base, cand, target in pairs:
             r = ratios(t, base, cand)
             res["ratios"][f"{base}/{cand}"] = r
-            ok = "MET" if r["median"] >= target else "MISSED"
-            msg = f"- **{base} / {cand}** = {fmt(r, 'x')} (target >= {target}x, median: {ok})"
+            if target is None:  # the goal is on the efficiency, printed beside it
+                msg = f"- **{base} / {cand}** = {fmt(r, 'x')}"
+            else:
+                ok = "MET" if r["median"] >= target else "MISSED"
+                msg = f"- **{base} / {cand}** = {fmt(r, 'x')} (target >= {target}x, median: {ok})"
             lines.append(msg)
             print(msg, flush=True)
         lines.append("")
         data[f"{title} L={length}"] = res
         return res
 
-    # Goal 1: training step of the attention core
-    goal("Goal 1: fwd+bwd, bidirectional", ["dense", "hf", "blocked"],
-         [("dense", "blocked", 5.0), ("hf", "blocked", 2.5)], L0)
+    def efficiency(res, base, cand, length, causal, target):
+        r = res["ratios"][f"{base}/{cand}"]
+        ideal = ideal_ratio(length, causal)
+        eff = {k: v / ideal for k, v in r.items()}
+        ok = "MET" if eff["median"] >= target else f"MISSED by {100 * (1 - eff['median'] / target):.0f}%"
+        msg = (f"- **{base} / {cand} vs ideal {ideal:.2f}x** = {fmt(eff)} of ideal "
+               f"(target >= {target}: {ok})")
+        lines.append(msg)
+        lines.append("")
+        print(msg, flush=True)
+        data.setdefault("efficiency", {})[f"{base}/{cand} L={length}"] = {"ideal": ideal, "efficiency": eff}
+
+    # Goal 1 (issue 7) and 4 (issue 16): training step of the attention core, per-head plans
+    res = goal("Goal 1/4: fwd+bwd, bidirectional", ["dense", "hf", "blocked"],
+               [("dense", "blocked", 5.0), ("hf", "blocked", 2.5)], L0)
+    efficiency(res, "dense", "blocked", L0, False, 0.8)
+    if not a.quick:
+        res = goal("Goal 4: fwd+bwd, bidirectional", ["dense", "blocked"], [("dense", "blocked", None)], 4 * L0)
+        efficiency(res, "dense", "blocked", 4 * L0, False, 0.8)
     mem = {n: memory(n, L0) for n in ("hf", "blocked", "dense")}
     mem_16k = memory("blocked", 4 * L0)
     lines.append("Memory at L=4096 (MiB): " + ", ".join(
@@ -208,8 +242,24 @@ def main() -> None:
                f"{'MET' if growth <= 4.5 else 'MISSED'})")
         lines.append(msg)
         print(msg, flush=True)
+    # Goal 4b (issue 16): peak extra memory of fwd+bwd against fused dense SDPA at the same length
+    mem_4b = {}
+    for length in (L0,) if a.quick else (L0, 4 * L0):
+        for causal in (False, True):
+            suffix = "_causal" if causal else ""
+            pair = {n: (mem.get(n) if length == L0 and not causal else None) or memory(n + suffix, length)
+                    for n in ("blocked", "dense")}
+            if pair["blocked"] and pair["dense"]:
+                frac = pair["blocked"] / pair["dense"]
+                msg = (f"- **blocked{suffix} / dense{suffix} peak extra memory, L={length}** = {frac:.2f} "
+                       f"({pair['blocked'] / 2**20:.0f} vs {pair['dense'] / 2**20:.0f} MiB; target <= 2: "
+                       f"{'MET' if frac <= 2 else 'MISSED'})")
+                lines.append(msg)
+                print(msg, flush=True)
+            mem_4b[f"{length}{suffix}"] = pair
     lines.append("")
     data["memory_goal1"] = {"L4096": mem, "blocked_L16384": mem_16k}
+    data["memory_goal4b"] = mem_4b
 
     # Goal 2: forward vs compiled flex (compilation happens in the warm-up round, outside the timing)
     for length in (4096, 8192):
@@ -217,8 +267,13 @@ def main() -> None:
              [("flex_fwd", "blocked_fwd", 0.9)], length)
 
     # Goal 3: causal, and whole layers
-    goal("Goal 3: fwd+bwd, causal", ["dense_causal", "blocked_causal"], [("dense_causal", "blocked_causal", 5.0)],
-         L0)
+    res = goal("Goal 3/4: fwd+bwd, causal", ["dense_causal", "blocked_causal"],
+               [("dense_causal", "blocked_causal", 5.0)], L0)
+    efficiency(res, "dense_causal", "blocked_causal", L0, True, 0.7)
+    if not a.quick:
+        res = goal("Goal 4: fwd+bwd, causal", ["dense_causal", "blocked_causal"],
+                   [("dense_causal", "blocked_causal", None)], 4 * L0)
+        efficiency(res, "dense_causal", "blocked_causal", 4 * L0, True, 0.7)
     mem_c = {n: memory(n, L0) for n in ("dense_causal", "blocked_causal")}
     lines.append("Memory at L=4096 (MiB): " + ", ".join(
         f"{n} {m / 2**20:.0f}" if m is not None else f"{n} n/a" for n, m in mem_c.items()))
@@ -229,7 +284,7 @@ def main() -> None:
 
     # Sweep: time and memory vs L for every variant
     lengths = [1024, 4096] if a.quick else [1024, 2048, 4096, 8192, 16384]
-    variants = {"dense": 8192, "hf": 8192, "reference": 8192, "blocked": 16384, "blocked_recompute": 16384,
+    variants = {"dense": 8192, "hf": 8192, "reference": 8192, "blocked": 16384, "blocked_saveprobs": 16384,
                 "dense_causal": 8192, "reference_causal": 8192, "blocked_causal": 16384}
     series: dict = {n: {} for n in variants}
     lines += ["## Time and memory vs L (fwd+bwd, attention core)", "",

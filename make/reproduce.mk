@@ -10,8 +10,8 @@
 # and the tables are built from there, so committing results/ commits a table together with what it was
 # built from (`make check-tables`, run by CI, holds them equal).
 #
-# Rows whose completed run record already exists for the same config hash are skipped
-# (ATTNLAB_SKIP_EXISTING=1, see attnlab.results.lookup); delete a record, or pass a changed override, to
+# Rows whose completed run record already exists for the same config hash, in RUNS or in the published
+# records (PUBLISHED, results/runs), are skipped (ATTNLAB_SKIP_EXISTING=1, see attnlab.results.lookup); delete a record, or pass a changed override, to
 # train it again. Rows are the presets under src/attnlab/conf/experiment/<paper>/<table>/, listed by make
 # itself: Hydra 1.3's glob() sweep only sees the options directly in a group's folder, never nested ones
 # (`experiment=glob(ut/table4/*)` expands to nothing), so the rows are passed as an explicit choice list.
@@ -22,7 +22,15 @@ SEEDS ?= 1,2,3
 SCALE ?= cpu
 HARDWARE ?= cpu
 ARGS ?=
-LAUNCHER ?=
+# On CPU hardware the rows x seeds run JOBS at a time (Hydra's joblib launcher), each with CORES/JOBS torch
+# threads: the laptop models do not scale across threads, so this fills the machine (README "Performance").
+# LAUNCHER=basic runs them one after another; LAUNCHER=submitit_slurm_attnlab sends them to SLURM.
+CORES := $(shell nproc 2>/dev/null || echo 1)
+JOBS ?= $(CORES)
+LAUNCHER ?= $(if $(filter cpu%,$(HARDWARE)),joblib_attnlab)
+repro_threads = $(shell echo $$(( $(CORES) / $(JOBS) > 0 ? $(CORES) / $(JOBS) : 1 )))
+repro_launcher = $(if $(LAUNCHER),hydra/launcher=$(LAUNCHER)) \
+	$(if $(filter joblib_attnlab,$(LAUNCHER)),hydra.launcher.n_jobs=$(JOBS) hardware.torch_threads=$(repro_threads))
 RUNS ?= $(or $(ATTNLAB_RUNS_DIR),runs)
 TABLES_OUT ?= results/
 EXPERIMENT_CONF := src/attnlab/conf/experiment
@@ -40,8 +48,8 @@ repro_specs = $(sort $(patsubst $(TABLE_SPECS)/%.yaml,%,$(wildcard $(TABLE_SPECS
 define reproduce
 	@test -n "$(call repro_rows,$(1))" || { echo "error: no presets under $(EXPERIMENT_CONF)/$(1)" >&2; exit 2; }
 	@test -n "$(call repro_specs,$(1))" || { echo "error: no table spec $(TABLE_SPECS)/$(1)[_*].yaml" >&2; exit 2; }
-	ATTNLAB_SKIP_EXISTING=1 $(BIN)/attnlab-train -m experiment=$(call repro_rows,$(1)) seed=$(SEEDS) \
-		scale=$(SCALE) hardware=$(HARDWARE) paths.runs_dir=$(RUNS) $(if $(LAUNCHER),hydra/launcher=$(LAUNCHER)) $(ARGS)
+	ATTNLAB_SKIP_EXISTING=1 ATTNLAB_PUBLISHED_RUNS=$(PUBLISHED) $(BIN)/attnlab-train -m experiment=$(call repro_rows,$(1)) seed=$(SEEDS) \
+		scale=$(SCALE) hardware=$(HARDWARE) paths.runs_dir=$(RUNS) $(repro_launcher) $(ARGS)
 	$(BIN)/python -m attnlab.results.publish $(RUNS) $(PUBLISHED) --only $(1)
 	$(foreach spec,$(call repro_specs,$(1)),$(BIN)/attnlab-table table=$(spec) runs=$(PUBLISHED) out=$(TABLES_OUT) print=true &&) true
 endef
@@ -49,12 +57,24 @@ endef
 .PHONY: reproduce-ut-table4 reproduce-ut-table7 reproduce-lra-table1 reproduce-qknorm-table1 \
 	reproduce-synthesizer-table2 reproduce-synthesizer-table6 reproduce-synthesizer-table7 reproduce-list \
 	reproduce-synthesizer-table3 reproduce-synthesizer-table4 reproduce-synthesizer-table5 \
-	reproduce-ut-table1 reproduce-ut-table3 reproduce-ut-table5 reproduce-ut-table6
+	reproduce-ut-table1 reproduce-ut-table3 reproduce-ut-table5 reproduce-ut-table6 \
+	reproduce-bigbird-table1 reproduce-bigbird-table10
 
-reproduce-list: ## List every reproduce target's rows (presets) and table specs
-	@$(foreach t,ut/table1 ut/table3 ut/table4 ut/table5 ut/table6 ut/table7 lra/table1 qknorm/table1 synthesizer/table2 synthesizer/table3 \
-		synthesizer/table4 synthesizer/table5 synthesizer/table6 synthesizer/table7,\
-		echo "reproduce-$(subst /,-,$(t)): rows $(or $(call repro_rows,$(t)),none yet); tables $(or $(call repro_specs,$(t)),none yet)";)
+reproduce-list: ## List every reproduce target: rows (presets), seeds, table specs, estimated wall time
+	@$(BIN)/python -m attnlab.results.listing --seeds $(SEEDS) --conf $(EXPERIMENT_CONF) --experiments $(TABLE_SPECS)
+
+# Every reproduce target, for the hint below: one per preset folder <paper>/<table>, and the T5 path's two.
+REPRO_TARGETS := $(sort $(foreach d,$(filter-out synthesizer/t5 demo/%,$(patsubst $(EXPERIMENT_CONF)/%/,%,\
+	$(wildcard $(EXPERIMENT_CONF)/*/*/))),reproduce-$(subst /,-,$(d)))) \
+	reproduce-synthesizer-table4-t5 reproduce-synthesizer-table5-t5
+
+# `make reproduce-table2` names no paper: print the targets it could mean instead of make's "No rule".
+reproduce-table%:
+	@matches="$(filter %-table$*,$(REPRO_TARGETS)) $(filter %-table$*-t5,$(REPRO_TARGETS))"; \
+	if [ -n "$$(echo $$matches)" ]; then \
+		echo "make reproduce-table$*: which paper? Matching targets:" >&2; \
+		for m in $$matches; do echo "  make $$m" >&2; done; \
+	else echo "make reproduce-table$*: no paper has a table $* here; see make reproduce-list" >&2; fi; exit 2
 
 reproduce-ut-table4: $(STAMP) ## UT Table 4: copy/reverse/addition, Transformer vs UT (SEEDS= SCALE= HARDWARE= LAUNCHER= ARGS=)
 	$(call reproduce,ut/table4)
@@ -76,6 +96,12 @@ reproduce-synthesizer-table6: $(STAMP) ## Synthesizer Table 6: number of heads 2
 
 reproduce-synthesizer-table7: $(STAMP) ## Synthesizer Table 7: synthesizing functions (linear, conv, bottleneck, GLU)
 	$(call reproduce,synthesizer/table7)
+
+reproduce-bigbird-table1: $(STAMP) ## BigBird Table 1: MLM at 512, full vs random vs window vs random + window
+	$(call reproduce,bigbird/table1)
+
+reproduce-bigbird-table10: $(STAMP) ## BigBird Table 10: MLM bits per token/char, full at 512 vs BigBird-ITC at 2048/4096
+	$(call reproduce,bigbird/table10)
 
 reproduce-synthesizer-table3: $(STAMP) ## Synthesizer Table 3: CNN/DailyMail ROUGE, PersonaChat BLEU/ROUGE/CIDEr per attention
 	$(call reproduce,synthesizer/table3)
@@ -104,7 +130,8 @@ reproduce-ut-table6: $(STAMP) ## UT Table 6: Learning to Execute program evaluat
 # checkpoints/last.ckpt). Pre-training runs go to fixed folders, $(T5_PRETRAIN_DIR)/synthesizer/t5/pretrain_<row>-s<seed>,
 # so the second multirun names each job's checkpoint (Hydra resolves ${pretrain_experiment} and ${seed} per job).
 # One pre-training per row and seed serves both tables: a finished one is skipped (ATTNLAB_SKIP_EXISTING), an
-# interrupted one resumes in its folder. SEEDS, SCALE, HARDWARE, LAUNCHER and ARGS apply to both steps.
+# interrupted one resumes in its folder. Only RUNS is searched for finished pre-trainings (ATTNLAB_PUBLISHED_RUNS=$(RUNS)):
+# the published records carry no checkpoint for the mixture to start from. SEEDS, SCALE, HARDWARE, LAUNCHER and ARGS apply to both steps.
 T5_PRETRAIN_DIR ?= $(RUNS)/t5_pretrain
 # $(call t5_rows,pretrain) -> synthesizer/t5/pretrain_dense,...,synthesizer/t5/pretrain_transformer
 t5_rows = $(subst $(repro_space),$(repro_comma),$(sort $(patsubst $(EXPERIMENT_CONF)/%.yaml,%,$(wildcard $(EXPERIMENT_CONF)/synthesizer/t5/$(1)_*.yaml))))
@@ -112,13 +139,13 @@ t5_rows = $(subst $(repro_space),$(repro_comma),$(sort $(patsubst $(EXPERIMENT_C
 # $(call reproduce_t5,<glue|superglue>,<table4|table5>): pre-train, train the mixture from it, build the table.
 define reproduce_t5
 	@test -n "$(call t5_rows,multitask_$(1))" || { echo "error: no presets $(EXPERIMENT_CONF)/synthesizer/t5/multitask_$(1)_*.yaml" >&2; exit 2; }
-	ATTNLAB_SKIP_EXISTING=1 $(BIN)/attnlab-train -m experiment=$(call t5_rows,pretrain) seed=$(SEEDS) \
+	ATTNLAB_SKIP_EXISTING=1 ATTNLAB_PUBLISHED_RUNS=$(RUNS) $(BIN)/attnlab-train -m experiment=$(call t5_rows,pretrain) seed=$(SEEDS) \
 		scale=$(SCALE) hardware=$(HARDWARE) paths.runs_dir=$(RUNS) hydra.sweep.dir=$(T5_PRETRAIN_DIR) \
-		'hydra.sweep.subdir=$${experiment_name}-s$${seed}' $(if $(LAUNCHER),hydra/launcher=$(LAUNCHER)) $(ARGS)
-	ATTNLAB_SKIP_EXISTING=1 $(BIN)/attnlab-train -m experiment=$(call t5_rows,multitask_$(1)) seed=$(SEEDS) \
+		'hydra.sweep.subdir=$${experiment_name}-s$${seed}' $(repro_launcher) $(ARGS)
+	ATTNLAB_SKIP_EXISTING=1 ATTNLAB_PUBLISHED_RUNS=$(PUBLISHED) $(BIN)/attnlab-train -m experiment=$(call t5_rows,multitask_$(1)) seed=$(SEEDS) \
 		scale=$(SCALE) hardware=$(HARDWARE) paths.runs_dir=$(RUNS) \
 		'init_from=$(T5_PRETRAIN_DIR)/$${pretrain_experiment}-s$${seed}/checkpoints/last.ckpt' \
-		$(if $(LAUNCHER),hydra/launcher=$(LAUNCHER)) $(ARGS)
+		$(repro_launcher) $(ARGS)
 	$(BIN)/python -m attnlab.results.publish $(RUNS) $(PUBLISHED) --only synthesizer/t5
 	$(foreach spec,$(call repro_specs,synthesizer/t5_$(2)),$(BIN)/attnlab-table table=$(spec) runs=$(PUBLISHED) out=$(TABLES_OUT) print=true &&) true
 endef

@@ -51,6 +51,18 @@ def compose(overrides: list[str] | None = None, *, run_dir: Path | None = None, 
     return cfg
 
 
+def train_cli(root: Path, argv: list[str]) -> None:
+    """``attnlab-train argv`` in this process, started from ``root`` (where relative paths land)."""
+    from attnlab.cli.train import main as train_main
+
+    cwd = os.getcwd()
+    os.chdir(root)
+    try:
+        train_main(argv)
+    finally:
+        os.chdir(cwd)
+
+
 def task_cfg(option: str, data_root: Path | str, *extra: str) -> dict:
     """The ``task`` section of ``task=<option>`` as a plain dict, reading data under ``data_root``."""
     from omegaconf import OmegaConf

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from attnlab.decoding import beam_search, gnmt_length_penalty, greedy_decode
+from attnlab.decoding.search import beam_search_reference
 from attnlab.models import EncoderDecoder
 
 CFG = dict(d_model=32, num_heads=4, d_ff=64, dropout=0.0, attention_dropout=0.0, activation_dropout=0.0,
@@ -136,3 +138,40 @@ def test_decoding_flavour_names_the_length_penalty():
     assert "GNMT length penalty ((5+L)/6)^0.6" in decoding_text(beam)
     assert "fairseq length penalty L^0.6 (--lenpen 0.6" in decoding_text({**beam, "length_penalty": "fairseq"})
     assert "penalty" not in decoding_text({**beam, "strategy": "greedy"})
+
+
+def _eos_biased_model(seed: int, eos_bias: float):
+    """A model whose EOS logit is shifted, so hypotheses finish early, late, or never within max_len."""
+    model = _model(seed)
+    original = model.decode
+
+    def decode(*args, **kwargs):
+        logits, aux = original(*args, **kwargs)
+        logits = logits.clone()
+        logits[..., 2] += eos_bias
+        return logits, aux
+
+    model.decode = decode
+    return model
+
+
+@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("eos_bias", [-4.0, 0.0, 2.0])
+@pytest.mark.parametrize("beam_size,alpha,penalty", [(1, 0.0, "gnmt"), (4, 0.6, "gnmt"), (5, 1.0, "fairseq")])
+def test_batched_beam_search_equals_the_one_at_a_time_reference(seed, eos_bias, beam_size, alpha, penalty):
+    """Same hypotheses as the per-source, per-candidate reference, whatever the batch holds: sources that
+    finish at once, late, or never (EOS pushed away), a batch of one, and padded sources of mixed length."""
+    model = _eos_biased_model(seed, eos_bias)
+    gen = torch.Generator().manual_seed(seed)
+    src = torch.randint(3, 12, (7, 9), generator=gen)
+    src[1, 5:] = 0  # padding: a shorter source in the batch
+    src[4, 2:] = 0
+    kw = dict(bos_id=1, eos_id=2, max_len=14, beam_size=beam_size, alpha=alpha, length_penalty=penalty)
+    fast = beam_search(model, src, **kw)
+    ref = beam_search_reference(model, src, **kw)
+    assert torch.equal(fast, ref)
+    # Each source alone gives its row of the batched result (up to trailing EOS padding).
+    for i in (0, 4):
+        alone = beam_search(model, src[i : i + 1, : int((src[i] != 0).sum())] if i == 4 else src[i : i + 1], **kw)
+        row = alone[0].tolist()
+        assert fast[i, : len(row)].tolist() == row

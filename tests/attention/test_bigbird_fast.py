@@ -14,8 +14,9 @@ from .conftest import D_MODEL, HEADS
 from .test_bigbird import _LargestTensor
 
 
-def _plan(causal, length, block_size=4, max_len=64, **options):
-    m = build_attention("bigbird", d_model=D_MODEL, num_heads=HEADS, max_len=max_len, causal=causal,
+def _plan(causal, length, block_size=4, max_len=64, heads=HEADS, **options):
+    """A per-head plan (one random plan per head) of a module with ``heads`` heads."""
+    m = build_attention("bigbird", d_model=D_MODEL, num_heads=heads, max_len=max_len, causal=causal,
                         block_size=block_size, num_random_blocks=options.pop("num_random_blocks", 1),
                         dense_fallback_len=0, **options)
     return m.plan_for_length(length)
@@ -45,7 +46,7 @@ def _padding(b, length, *, left=0):
 @pytest.mark.parametrize("causal", [False, True])
 def test_blocked_gradcheck_float64(causal, extra, save_probs):
     length = 16
-    plan = _plan(causal, length, block_size=2)  # 8 blocks, rows of at most 6: short rows and filler
+    plan = _plan(causal, length, block_size=2, heads=1)  # 8 blocks, rows of at most 6: short rows and filler
     q, k, v, ek, ev = _inputs(2, 1, length, 2, torch.float64, extra)
     pad = _padding(2, length, left=3)
     tensors = [t for t in (q, k, v, ek, ev) if t is not None]
@@ -83,8 +84,8 @@ def test_blocked_equals_reference_value_and_gradient_with_padding(causal, extra,
 def test_blocked_equals_reference_at_paper_sizes_float32(causal):
     """Paper configuration (block 64, window 3, 2 global, 3 random) at L=768, head dim 64, with padding."""
     length = 768
-    plan = _plan(causal, length, block_size=64, max_len=length, num_random_blocks=3)
-    assert plan.key_blocks.shape[1] == 8
+    plan = _plan(causal, length, block_size=64, max_len=length, num_random_blocks=3, heads=2)
+    assert plan.key_blocks.shape[1:] == (12, 8) if causal else (10, 8)
     q, k, v, _, _ = _inputs(2, 2, length, 64, torch.float32, 0)
     pad = _padding(2, length)
     ref = blocksparse_attention(q, k, v, plan, key_padding_mask=pad)
@@ -118,7 +119,7 @@ def test_module_impls_agree_in_training_with_padding(causal):
 @pytest.mark.parametrize("causal", [False, True])
 def test_blocked_training_step_never_materialises_a_length_squared_tensor(causal):
     length = 512
-    plan = _plan(causal, length, block_size=8, max_len=length)
+    plan = _plan(causal, length, block_size=8, max_len=length, heads=2)
     q, k, v, _, _ = _inputs(1, 2, length, 8, torch.float32, 0)
     with _LargestTensor() as probe:
         out = blocked_blocksparse_attention(q, k, v, plan)
@@ -132,7 +133,7 @@ def test_flex_block_mask_equals_reference(causal, padded):
     """Eager (uncompiled) FlexAttention with the plan's BlockMask; real (non-dead) rows must agree."""
     length = 32
     plan = _plan(causal, length, block_size=16, max_len=length, num_random_blocks=0, num_global_blocks=1,
-                 window_blocks=1)
+                 window_blocks=1, heads=2)
     q, k, v = (t.detach() for t in _inputs(2, 2, length, 8, torch.float32, 0)[:3])
     pad = _padding(2, length) if padded else None
     with torch.no_grad():
@@ -152,7 +153,7 @@ def test_impl_option_routing_and_refusals():
     with pytest.raises(AttentionError) as err:
         flex.kernel_for(torch.device("cpu"), need_grad=True)
     assert "\n" not in str(err.value)
-    for bad in ({"impl": "triton"}, {"impl": "flex", "num_global_tokens": 2}):
+    for bad in ({"impl": "triton"}, {"num_global_tokens": 2}):
         with pytest.raises(AttentionError):
             build_attention("bigbird", **kw, **bad)
 
@@ -170,3 +171,50 @@ def test_flex_on_cuda_equals_reference_in_value_and_gradient(causal):
     g = torch.randn_like(ref)
     for a, b in zip(torch.autograd.grad(ref, (q, k, v), g), torch.autograd.grad(out, (q, k, v), g)):
         torch.testing.assert_close(b, a, atol=2e-3, rtol=2e-3)
+
+
+def _flex_and_reference(max_len=512):
+    kw = dict(d_model=128, num_heads=2, max_len=max_len, block_size=64, num_random_blocks=2, dense_fallback_len=0)
+    torch.manual_seed(0)
+    flex = build_attention("bigbird", impl="flex", **kw).eval()
+    ref = build_attention("bigbird", impl="reference", **kw).eval()
+    ref.load_state_dict(flex.state_dict())
+    return flex, ref
+
+
+@pytest.mark.slow
+def test_compiled_flex_module_equals_reference_over_length_buckets():
+    """The compiled path (CPU forward) with per-head plans, at lengths of two buckets, with padding: it
+    follows the sparse plan (a dense BlockMask would differ from the reference by far more than 1e-4)."""
+    from attnlab.attention.kernels.blocksparse_flex import flex_bucket
+
+    flex, ref = _flex_and_reference()
+    assert flex_bucket(3, 8) == 4 and flex_bucket(5, 8) == 8 and flex_bucket(8, 8) == 8
+    for length in (130, 450):
+        x = torch.randn(2, length, 128)
+        pad = torch.arange(length)[None] >= torch.tensor([length, length - 50])[:, None]
+        with torch.no_grad():
+            torch.testing.assert_close(flex(x, key_padding_mask=pad)[~pad], ref(x, key_padding_mask=pad)[~pad],
+                                       atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.slow
+def test_flex_past_the_recompile_limit_logs_once_and_stays_sparse(caplog, monkeypatch):
+    """Issue 13.5: once dynamo would fall back to the unfused L x L kernel, the module logs one warning and
+    serves the call with the blocked kernel, still equal to the reference."""
+    import logging
+
+    from attnlab.attention.kernels import blocksparse_flex
+
+    monkeypatch.setattr(blocksparse_flex, "_FALLEN_BACK", set())
+    torch._dynamo.reset()
+    blocksparse_flex._compiled.cache_clear()
+    flex, ref = _flex_and_reference()
+    with torch._dynamo.config.patch(recompile_limit=1), caplog.at_level(logging.WARNING), torch.no_grad():
+        for length in (130, 450, 300, 450):
+            x = torch.randn(1, length, 128)
+            torch.testing.assert_close(flex(x), ref(x), atol=1e-4, rtol=1e-4)
+    warnings = [r for r in caplog.records if "recompile limit" in r.getMessage()]
+    assert len(warnings) == 1
+    torch._dynamo.reset()
+    blocksparse_flex._compiled.cache_clear()

@@ -79,3 +79,48 @@ def test_g0_from_training_lengths():
     assert qknorm_g0([72] * 10) == pytest.approx(math.log2(72 * 71))
     with pytest.raises(AttentionError):
         qknorm_g0([])
+
+
+def test_model_builder_takes_the_975th_percentile_of_training_lengths():
+    # Henry et al.: L is the 97.5th percentile of training lengths (not the median, not the max). Reference
+    # by definition: linear interpolation between order statistics at rank 0.975 * (n - 1).
+    from omegaconf import OmegaConf
+
+    from attnlab.training.run import model_config
+
+    lengths = [3] * 50 + [10] * 30 + list(range(11, 41))  # skewed: median 10, p97.5 near 38
+    ordered = sorted(lengths)
+    rank = 0.975 * (len(ordered) - 1)
+    lo, frac = math.floor(rank), rank - math.floor(rank)
+    expected = ordered[lo] + (ordered[lo + 1] - ordered[lo]) * frac
+
+    class _Task:
+        max_len, train_lengths = 64, lengths
+
+    cfg = OmegaConf.create({"seed": 0, "model": {"max_len": None, "attention": {
+        "name": "qknorm", "g0": None, "train_length_p975": None, "bias": True}}})
+    model = model_config(cfg, _Task())
+    assert model["attention"]["train_length_p975"] == pytest.approx(expected)
+    opts = {k: v for k, v in model["attention"].items() if k != "name"}
+    m = build_attention("qknorm", d_model=D_MODEL, num_heads=HEADS, max_len=64, **opts)
+    assert m.g.item() == pytest.approx(math.log2(expected * expected - expected))
+
+
+def test_auto_cross_attention_is_qknorm_inside_a_model():
+    # QKNorm normalises encoder self-, decoder self- and cross-attention (SEMANTICS 23); with
+    # model.cross_attention=auto every attention module of the network must be QKNorm.
+    from attnlab.attention.qknorm import QKNormAttention
+    from attnlab.models import EncoderDecoder
+
+    cfg = dict(d_model=D_MODEL, num_heads=HEADS, d_ff=64, dropout=0.0, attention_dropout=0.0,
+               activation_dropout=0.0, activation="relu", norm_first=True, cross_attention="auto",
+               attention={"name": "qknorm", "g0": None, "train_length_p975": 20, "bias": True},
+               recurrence={"name": "stacked"}, encoder_layers=2, decoder_layers=2, positions="sinusoidal",
+               share_embeddings=True, tie_output=True)
+    model = EncoderDecoder(cfg, src_vocab=13, tgt_vocab=13, pad_id=0, max_len=32)
+    crosses = [layer.cross_attn for layer in model.decoder.layers]
+    assert all(type(c) is QKNormAttention and c.is_cross for c in crosses)
+    selfs = [layer.self_attn for layer in [*model.encoder.layers, *model.decoder.layers]]
+    assert all(type(s) is QKNormAttention for s in selfs)
+    g_names = [n for n, _ in model.named_parameters() if n.endswith(".g")]
+    assert len(g_names) == 2 + 2 * 2  # one g per attention module: enc self, dec self and dec cross

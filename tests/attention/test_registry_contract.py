@@ -120,6 +120,32 @@ def test_incremental_equals_full_causal_forward(make, name):
 
 
 @pytest.mark.parametrize("name", INCREMENTAL)
+@pytest.mark.parametrize("masked_steps", ["prompt_only", "later_only", "alternating"])
+def test_incremental_padding_mask_given_on_some_steps_only(make, name, masked_steps):
+    # A step given without a mask counts as real tokens; masks given earlier must keep applying to the keys
+    # they covered (a cache that drops them lets later queries attend padding).
+    m = make(name, causal=True)
+    x = torch.randn(2, 12, D_MODEL)
+    pad = torch.zeros(2, 12, dtype=torch.bool)
+    if masked_steps == "prompt_only":
+        pad[1, 2:5] = True  # padding inside the 5-token prompt of row 1, every later token real
+        given = {0}
+    elif masked_steps == "later_only":
+        pad[1, 7] = True  # no mask with the prompt, one padded position later
+        given = {7}
+    else:
+        pad[0, 3], pad[1, 5], pad[1, 9] = True, True, True
+        given = {0, 5, 9}
+    full = m(x, key_padding_mask=pad)
+    cache: dict = {}
+    steps = [m(x[:, :5], key_padding_mask=pad[:, :5] if 0 in given else None, cache=cache)]
+    for t in range(5, 12):
+        steps.append(m(x[:, t:t + 1], key_padding_mask=pad[:, t:t + 1] if t in given else None, cache=cache))
+    inc = torch.cat(steps, dim=1)
+    torch.testing.assert_close(inc[~pad], full[~pad], atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("name", INCREMENTAL)
 def test_cache_is_batch_first_for_beam_reordering(make, name):
     m = make(name, causal=True)
     x = torch.randn(3, 10, D_MODEL)

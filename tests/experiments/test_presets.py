@@ -11,7 +11,7 @@ import subprocess
 import pytest
 import yaml
 
-from attnlab.results.table import load_spec
+from attnlab.results.spec import load_spec
 from tests.conftest import REPO
 from tests.experiments.paper_presets import (
     EXPERIMENT_CONF,

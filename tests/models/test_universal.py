@@ -356,3 +356,83 @@ def test_torch_compile_forward_backward():
     assert enc.halting_unit.weight.grad is not None
     eager_h, _ = enc(x, padding([5, 3], 5))
     assert torch.allclose(h, eager_h, atol=1e-5)
+
+
+@torch.no_grad()
+def _act_reference(enc, x, pad, *, copy: bool):
+    """ACT as listed in the UT paper / Graves (2016), written position by position in float64, with the
+    stack's own layer, halting unit and coordinate signals: returns (output, N, R)."""
+    b, n, _ = x.shape
+    eps, max_steps = 1.0 - enc.threshold, enc.num_steps
+    x = x.double()
+    layer = enc.layer.double()
+    unit = enc.halting_unit.double()
+    positions = enc.coordinates.positions(n, 0, x).double()
+    total = [[0.0] * n for _ in range(b)]  # sum of p
+    steps = [[0] * n for _ in range(b)]
+    remainder = [[0.0] * n for _ in range(b)]
+    halted = [[bool(pad[i, j]) for j in range(n)] for i in range(b)]
+    state, output = x.clone(), torch.zeros_like(x)
+    for t in range(1, max_steps + 1):
+        if all(all(row) for row in halted):
+            break
+        state_in = state + positions + enc.coordinates.timestep(t).double()
+        p = torch.sigmoid(unit(state_in)).squeeze(-1)
+        new = layer(state_in, pad)
+        for i in range(b):
+            for j in range(n):
+                if halted[i][j]:
+                    continue  # a halted position keeps its output (and, with copy, its state)
+                steps[i][j] += 1
+                if t == max_steps or total[i][j] + float(p[i, j]) > 1.0 - eps:
+                    weight = remainder[i][j] = 1.0 - total[i][j]
+                    halted[i][j] = True
+                else:
+                    weight = float(p[i, j])
+                    total[i][j] += weight
+                output[i, j] = weight * new[i, j] + (1.0 - weight) * output[i, j]
+                if copy:
+                    state[i, j] = new[i, j]
+        if not copy:
+            state = new  # T2T: every position keeps being transformed
+    enc.float()
+    return output, torch.tensor(steps, dtype=torch.float64), torch.tensor(remainder, dtype=torch.float64)
+
+
+@pytest.mark.parametrize("halted_state", ["copy", "transform"])
+def test_act_encoder_follows_the_paper_listing(halted_state):
+    # Independent reference (Graves 2016 / UT paper's ACT listing): outputs, N, R and the ponder cost, with
+    # padding, positions halting at different steps and a forced halt at the cap. Catches `copy` behaving
+    # like `transform` (or the reverse) and a ponder mean taken over padding positions.
+    torch.manual_seed(11)
+    enc = build_encoder_stack(dict(DEEP_ACT, act_max_steps=5, halted_state=halted_state), spec(), 4).eval()
+    x = torch.randn(3, 9, D)
+    pad = padding([9, 6, 2], 9)
+    h, aux = enc(x, pad)
+    ref, n_ref, r_ref = _act_reference(enc, x, pad, copy=halted_state == "copy")
+    other, _, _ = _act_reference(enc, x, pad, copy=halted_state != "copy")
+    real = ~pad
+    assert len(set(n_ref[real].tolist())) >= 3  # halting at several different steps, so copy != transform
+    assert (n_ref[real] == enc.num_steps).any()  # and some positions forced to halt at the cap
+    assert (other[real] - ref[real]).abs().max() > 1e-3  # the two readings differ on this input
+    torch.testing.assert_close(h[real].double(), ref[real], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(aux["steps"].double(), n_ref)
+    ponder = float((n_ref + r_ref)[real].mean())  # mean over real tokens only (SEMANTICS 13)
+    assert float(aux["log/ponder_cost"]) == pytest.approx(ponder, rel=1e-5)
+    assert float(aux["loss/ponder"].detach()) == pytest.approx(0.01 * ponder, rel=1e-5)
+
+
+def test_act_halting_is_float32_under_bf16_autocast():
+    # p = 0.4951 per step halts at step 2 (0.9902 > 0.99, R = 0.5049). Rounded to bf16, p becomes 0.49414
+    # and 2p = 0.98828 < 0.99: one more step. The halting unit and bookkeeping must stay in float32.
+    torch.manual_seed(12)
+    enc = build_encoder_stack({"name": "ut_act", "act_max_steps": 8}, spec(), 4).eval()
+    with torch.no_grad():
+        enc.halting_unit.weight.zero_()
+        enc.halting_unit.bias.fill_(torch.logit(torch.tensor(0.4951, dtype=torch.float64)).item())
+    x = torch.randn(2, 5, D)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        h, aux = enc(x)
+    assert torch.all(aux["steps"] == 2)
+    assert float(aux["log/ponder_cost"]) == pytest.approx(2 + (1 - 0.4951), abs=1e-5)
+    assert h.dtype == torch.float32

@@ -2,24 +2,15 @@
 
 from __future__ import annotations
 
-import os
-
 import pytest
 
-from tests.conftest import TINY, TINY_ALGO
+from tests.conftest import TINY, TINY_ALGO, train_cli
 
 
 @pytest.fixture(scope="session")
 def trained_run(tmp_path_factory):
-    from attnlab.cli.train import main as train_main
-
     root = tmp_path_factory.mktemp("trained")
     run_dir = root / "run"
-    cwd = os.getcwd()
-    os.chdir(root)
-    try:
-        train_main([*TINY, *TINY_ALGO, "logger=csv", "seed=3", f"hydra.run.dir={run_dir}"])
-    finally:
-        os.chdir(cwd)
+    train_cli(root, [*TINY, *TINY_ALGO, "logger=csv", "seed=3", f"hydra.run.dir={run_dir}"])
     assert (run_dir / "checkpoints" / "last.ckpt").is_file()
     return run_dir

@@ -62,7 +62,7 @@ REFUSED = [
     (["task=qa/babi", "task.val_fraction=0"], "task.val_fraction=0 must be in (0, 1)"),
     (["task=lm/wikitext2", "task.max_train_tokens=0"], "task.max_train_tokens=0 leaves a split empty"),
     # 17.7: options the attention variant refuses, found without data and without building the model
-    (["model/attention=bigbird", "model.attention.window_blocks=2"], "window_blocks must be odd, got 2"),
+    (["model/attention=bigbird", "model.attention.window_blocks=2"], "a bidirectional window is centred"),
     (["model/attention=bigbird", "model.attention.impl=flex"], "impl=flex cannot serve this call on cpu"),
     (["model/attention=synth_dense", "model.cross_attention={name:synth_dense}"], "cannot be used for cross-attention"),
     # 17.8: a name the file system cannot hold

@@ -56,7 +56,8 @@ def put_record(tmp_path):
     """put_record("a", **overrides) writes tmp_path/runs/a/results.json and returns its path."""
 
     def put(name: str, **overrides) -> Path:
-        rec = make_record(**{"run_dir": f"runs/{name}", "command": f"attnlab-train run={name}", **overrides})
+        command = f"attnlab-train paths.run_dir=runs/{name}"  # names the run without making it another config
+        rec = make_record(**{"run_dir": f"runs/{name}", "command": command, **overrides})
         path = tmp_path / "runs" / name / "results.json"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(rec))

@@ -7,8 +7,8 @@ import json
 import pytest
 
 from attnlab.cli.table import build_tables
+from attnlab.results.errors import TableError
 from attnlab.results.publish import MAX_ARTIFACT_BYTES, main, publish_runs
-from attnlab.results.table import TableError
 
 
 def _with_artifacts(record_path, ponder: str = '{"step": 1}\n'):

@@ -224,7 +224,7 @@ def test_config_hash_is_stable_and_ignores_only_non_result_keys():
 
 def test_results_floor_imports_no_torch_lightning_hydra_or_wandb():
     code = (
-        "import sys, attnlab.results, attnlab.results.table;"
+        "import sys, attnlab.results, attnlab.results.build, attnlab.results.render;"
         "bad = [m for m in ('torch', 'lightning', 'hydra', 'wandb') if m in sys.modules];"
         "print(bad); sys.exit(1 if bad else 0)"
     )

@@ -14,19 +14,13 @@ import pytest
 import yaml
 
 from attnlab.cli.table import build_tables, record_from_wandb
+from attnlab.results.build import build_table
+from attnlab.results.errors import SpecError, TableError
+from attnlab.results.loading import load_records
 from attnlab.results.paper import NOT_FOUND, load_paper_tables
 from attnlab.results.record import validate_record
-from attnlab.results.table import (
-    SpecError,
-    TableError,
-    build_table,
-    load_records,
-    load_spec,
-    render_csv,
-    render_markdown,
-    render_summary,
-    spec_from_dict,
-)
+from attnlab.results.render import render_csv, render_markdown, render_summary
+from attnlab.results.spec import load_spec, spec_from_dict
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -45,8 +39,9 @@ def _md_row(md: str, label: str) -> list[str]:
 def test_mean_std_over_three_seeds_and_paper_diff(workspace, put_record, monkeypatch):
     monkeypatch.chdir(workspace)  # sources name records relative to where the table is built
     for seed, acc in enumerate([0.25, 0.5, 0.75]):
-        put_record(f"t{seed}", seed=seed, **{"metrics.final": {"test/seq_acc": acc, "test/char_acc": 0.9}})
-    built = _build(workspace)
+        metrics = {"test/seq_acc": acc, "test/char_acc": 0.9}
+        put_record(f"t{seed}", seed=seed, scale="paper", **{"metrics.final": metrics})
+    built = _build(workspace)  # at the paper's scale, so the table has its Δ column
     row = built.rows[0]
     stat = row.cells[0].stat
     assert (stat.mean, stat.std, stat.n) == (50.0, 25.0, 3)
@@ -58,9 +53,9 @@ def test_mean_std_over_three_seeds_and_paper_diff(workspace, put_record, monkeyp
     assert cells[4] == "91.25 (s)"
     assert cells[7:] == ["123.5K", "1000", "200", "10.0"]
     assert "Metric flavour: accuracy: exact match of the whole target sequence." in md
-    assert "scale: cpu" in md and "Git: 0123456789ab." in md
+    assert "scale: paper" in md and "Git: 0123456789ab." in md
     for seed in range(3):
-        assert f"`runs/t{seed}` (seed {seed}, completed" in md and f"attnlab-train run=t{seed}" in md
+        assert f"`runs/t{seed}` (seed {seed}, completed" in md and f"attnlab-train paths.run_dir=runs/t{seed}" in md
 
     rows = list(csv.DictReader(io.StringIO(render_csv(built))))
     first = rows[0]
@@ -80,11 +75,12 @@ def test_missing_failed_null_and_not_in_paper_cells(workspace, put_record):
     built = _build(workspace)
     md = render_markdown(built)
     t, ut, act = (_md_row(md, label) for label in ("Transformer", "UT", "UT + ACT"))
-    assert t[2] == "missing" and t[5] == "missing" and t[7:] == ["missing"] * 4
+    # No runs at the paper's scale: no Δ columns (Row, seq paper, seq ours, char paper, char ours, costs).
+    assert t[2] == "missing" and t[4] == "missing" and t[5:] == ["missing"] * 4
     assert "0.00" not in t[2]
     assert ut[1] == "n/a"  # null in paper_tables.yaml
     assert ut[2] == "failed (RuntimeError: loss is NaN at step 12)"
-    assert ut[4] == "96.00 (s)"
+    assert ut[3] == "96.00 (s)"
     assert act[1] == "—" and act[2] == "missing"  # no paper_row: not in the paper
     assert "Paper conflict, Universal Transformer.seq_acc: two sources disagree - left null" in md
     assert "Ours: no completed runs yet." in md
@@ -113,7 +109,7 @@ def test_null_metric_in_record_is_not_a_number(workspace, put_record):
 
 def test_paper_tables_not_found(workspace, put_record, monkeypatch):
     monkeypatch.setenv("ATTNLAB_PAPER_TABLES", str(workspace / "nowhere.yaml"))
-    put_record("a")
+    put_record("a", scale="paper")  # at the paper's scale, so the Δ column is there
     md = render_markdown(_build(workspace))
     assert _md_row(md, "Transformer")[1] == NOT_FOUND
     assert _md_row(md, "Transformer")[3] == ""  # no difference without a paper number
@@ -183,7 +179,7 @@ def test_build_tables_writes_all_formats_deterministically(workspace, put_record
     }
     written = build_tables(cfg)
     names = sorted(p.name for p in written)
-    assert names == ["t1.csv", "t1.md", "t1.png", "t1.tex"]
+    assert names == ["CLAIMS.md", "t1.csv", "t1.md", "t1.png", "t1.tex"]
     first = {p: p.read_bytes() for p in written}
     assert first[workspace / "out" / "toy" / "t1.png"].startswith(b"\x89PNG")
     tex = first[workspace / "out" / "toy" / "t1.tex"].decode()
@@ -371,7 +367,8 @@ def test_caption_names_overrides_beyond_the_presets(workspace, put_record):
 
 
 def test_scaled_paper_numbers_keep_their_published_precision():
-    from attnlab.results.table import PaperCell, fmt_paper
+    from attnlab.results.build import PaperCell
+    from attnlab.results.render.common import fmt_paper
 
     assert fmt_paper(PaperCell(value=float(f"{0.07 * 100:.12g}")), 1) == "7.0"
     assert fmt_paper(PaperCell(value=27.675), 2) == "27.675"  # finer than ours: kept

@@ -23,5 +23,40 @@ def serve_hub(monkeypatch, splits: dict[str, list[dict]]) -> list[tuple]:
     for module in LOADER_MODULES:
         monkeypatch.setattr(f"attnlab.tasks.{module}.load_hub_dataset", fake)
     monkeypatch.setattr(sources_module, "load_hub_dataset", fake)
-    monkeypatch.setattr("attnlab.tasks.text_to_text.hub_reachable", lambda *a, **k: True)
     return asked
+
+
+def cache_hub_dataset(monkeypatch, cache_root, hub_id: str, splits: dict[str, list[dict]],
+                      config: str | None = None) -> None:
+    """Put ``splits`` into a Hugging Face datasets cache at ``cache_root`` as ``load_dataset(hub_id, config)``
+    leaves it after a download (``<namespace>___<name>/<config>/<version>/<hash>/``, Arrow files and
+    ``dataset_info.json``), and switch ``datasets`` to that cache in offline mode, as a cluster job with
+    ``HF_DATASETS_OFFLINE=1`` after a download on the login node."""
+    import json
+    import shutil
+    from pathlib import Path
+
+    import datasets
+    import huggingface_hub
+
+    cache_root = Path(cache_root)
+    sources = cache_root.parent / f"{cache_root.name}-sources"
+    sources.mkdir(parents=True, exist_ok=True)
+    files = {}
+    for split, rows in splits.items():
+        path = sources / f"{split}.jsonl"
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        files[split] = str(path)
+    build = cache_root.parent / f"{cache_root.name}-build"
+    builder = datasets.load_dataset_builder("json", data_files=files, cache_dir=str(build))
+    builder.dataset_name, builder.repo_id = hub_id.split("/")[-1], hub_id  # the hub's cache naming
+    builder.config.name = config or "default"
+    builder._cache_dir = builder._build_cache_dir()
+    builder.download_and_prepare()
+    rel = Path(builder.cache_dir).relative_to(build).parts  # ns___name / config-<data files hash> / ver / hash
+    shutil.copytree(builder.cache_dir, cache_root / rel[0] / (config or "default") / rel[2] / rel[3])
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    monkeypatch.setenv("HF_DATASETS_CACHE", str(cache_root))
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", str(cache_root))
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)

@@ -216,12 +216,11 @@ def test_every_local_task_round_trips_its_label_words(mixture, caplog):
 
 def test_hub_member_in_the_hub_row_schema_gives_matched_and_mismatched_groups(tmp_path, monkeypatch):
     """MNLI is hub-only: rows in nyu-mll/glue's schema (integer labels) go through the same path as local ones."""
-    from attnlab.tasks import glue, text_to_text
+    from attnlab.tasks import glue
 
     rows = [{"premise": f"a {w} sat .", "hypothesis": f"the {w} sat .", "label": i % 3, "idx": i}
             for i, w in enumerate(WORDS * 2)]
     splits = {"train": rows, "validation_matched": rows[:9], "validation_mismatched": rows[9:15]}
-    monkeypatch.setattr(text_to_text, "hub_reachable", lambda: True)
     monkeypatch.setattr(glue, "load_hub_dataset", lambda hub_id, config, local_hint: splits)
     task = _t2t_task("t2t/mnli", _fixture_data(tmp_path / "data"), *SMALL_VOCAB)
     test, refs = task.datasets["test"], task.references["test"]

@@ -101,6 +101,13 @@ class Attention(nn.Module):
         if self._weights_sink is not None:
             self._weights_sink(record)
 
+    def bind_layer(self, layer_index: int, run_seed: int) -> None:
+        """Told once, after the network is built (``number_attention_layers``), which layer this module is
+        and the run's seed; variants whose fixed random state is drawn per layer and run redraw it here.
+        By default passed on to the attention modules inside this one (the components of a mixture)."""
+        for module in _outermost_attention(self.children()):
+            module.bind_layer(layer_index, run_seed)
+
     # -- helpers shared by variants -------------------------------------------------------------
     def split_heads(self, t: torch.Tensor) -> torch.Tensor:
         """(B, L, D) -> (B, H, L, Dh)."""
@@ -124,3 +131,25 @@ class Attention(nn.Module):
             f"d_model={self.d_model}, num_heads={self.num_heads}, causal={self.causal}, "
             f"cross={self.is_cross}, max_len={self.max_len}"
         )
+
+
+def _outermost_attention(modules):
+    """The attention modules among ``modules`` and their descendants, not descending into one."""
+    for module in modules:
+        if isinstance(module, Attention):
+            yield module
+        else:
+            yield from _outermost_attention(module.children())
+
+
+def number_attention_layers(model: nn.Module, run_seed: int | None = None) -> int:
+    """Call ``bind_layer(index, run_seed)`` on every attention module of ``model`` that is not inside
+    another attention module, numbered 0, 1, ... in module order (encoder layers, then decoder layers; a
+    layer's self-attention before its cross-attention). ``run_seed`` defaults to ``torch.initial_seed()``,
+    which ``seed_everything(cfg.seed)`` sets to the run seed before the model is built. Returns the number
+    of modules numbered."""
+    seed = torch.initial_seed() if run_seed is None else int(run_seed)
+    count = 0
+    for count, module in enumerate(_outermost_attention([model]), start=1):
+        module.bind_layer(count - 1, seed)
+    return count

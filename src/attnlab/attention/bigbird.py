@@ -12,7 +12,7 @@ from torch import nn
 from attnlab.attention._cache import append_padding, append_to_cache
 from attnlab.attention.base import Attention, AttentionError, Cache, Capabilities
 from attnlab.attention.kernels.blocksparse_blocked import blocked_blocksparse_attention
-from attnlab.attention.kernels.blocksparse_flex import flex_available, flex_blocksparse_attention
+from attnlab.attention.kernels.blocksparse_flex import flex_available, flex_blocksparse_attention, flex_bucket
 from attnlab.attention.kernels.blocksparse_reference import (
     BlockSparsePlan,
     GatheredWeights,
@@ -35,8 +35,9 @@ class BigBirdOptions:
     window_blocks: int = 3
     num_global_blocks: int = 2
     num_random_blocks: int = 3
-    num_global_tokens: int = 0
-    seed: int = 0
+    seed: int | None = None
+    share_plan_across_heads: bool = False
+    share_plan_across_layers: bool = False
     resample: str = "never"
     dense_fallback_len: int | None = None
     bias: bool = True
@@ -44,66 +45,121 @@ class BigBirdOptions:
 
 
 IMPLS = ("auto", "reference", "blocked", "flex")
+_ROW_CHUNK_SCORES = 1 << 22  # random scores drawn at once when drawing a plan (bounds the transient memory)
+
+
+def global_blocks(num_blocks: int, num_global_blocks: int, causal: bool) -> torch.Tensor:
+    """(num_blocks,) bool: the global blocks of a ``num_blocks`` frame. Bidirectional: the first ceil(g/2)
+    and the last floor(g/2) (ITC "first and last" for g = 2); causal: the first g."""
+    n, g = num_blocks, num_global_blocks
+    i = torch.arange(n)
+    if causal:
+        return i < g
+    return (i < g - g // 2) | (i >= n - g // 2)
+
+
+def window_of(rows: torch.Tensor, num_blocks: int, window_blocks: int, causal: bool) -> torch.Tensor:
+    """(len(rows), num_blocks) bool: the window of each query block. Bidirectional: centred, (w-1)/2 blocks
+    each side (w = 0: none); causal: the own block and the w-1 previous ones."""
+    j = torch.arange(num_blocks)[None, :]
+    i = rows[:, None]
+    if causal:
+        return (j <= i) & (j > i - window_blocks)
+    return (j - i).abs() <= (window_blocks - 1) // 2
+
+
+def draw_random_blocks(
+    num_blocks: int,
+    *,
+    heads: int,
+    window_blocks: int,
+    num_global_blocks: int,
+    num_random_blocks: int,
+    causal: bool,
+    generator: torch.Generator | None = None,
+) -> torch.Tensor:
+    """(heads, num_blocks, r) long: for every head and query block, r distinct key blocks drawn uniformly
+    among the blocks not already in its window or global (causal: strictly earlier ones); -1 where a row
+    has fewer than r candidates. O(heads * num_blocks * r) to keep; drawn in chunks of rows."""
+    n, r = num_blocks, num_random_blocks
+    out = torch.full((heads, n, r), -1, dtype=torch.long)
+    if r == 0 or n == 0:
+        return out
+    is_global = global_blocks(n, num_global_blocks, causal)
+    step = max(1, _ROW_CHUNK_SCORES // max(1, heads * n))
+    for lo in range(0, n, step):
+        rows = torch.arange(lo, min(n, lo + step))
+        candidates = ~(window_of(rows, n, window_blocks, causal) | is_global[None, :])
+        if causal:
+            candidates &= torch.arange(n)[None, :] < rows[:, None]
+        scores = torch.rand(heads, rows.numel(), n, generator=generator).masked_fill(~candidates, -1.0)
+        top, idx = scores.topk(min(r, n), dim=-1)
+        out[:, lo : lo + rows.numel(), : idx.shape[-1]] = torch.where(top >= 0, idx, -1)
+    return out
 
 
 def build_bigbird_plan(
-    scores: torch.Tensor,
+    random_blocks: torch.Tensor,
     num_blocks: int,
     *,
     block_size: int,
     window_blocks: int,
     num_global_blocks: int,
-    num_random_blocks: int,
     causal: bool,
 ) -> BlockSparsePlan:
-    """The block plan for ``num_blocks`` blocks, random blocks picked from ``scores`` (n_max, n_max).
+    """The plan of the first ``num_blocks`` blocks of the frame ``random_blocks`` (P, n_max, r) was drawn for.
 
-    Row i takes, among its candidate blocks, the ``num_random_blocks`` with the highest score: a uniform
-    random subset when ``scores`` is i.i.d. uniform, deterministic given ``scores``.
-    Bidirectional: global blocks are the first ceil(g/2) and the last floor(g/2) (ITC "first and last"
-    for g = 2), they attend to everything and everything attends to them; the window is centred,
-    (w-1)/2 blocks each side, clipped at the ends; random blocks come from any block not yet listed.
-    Causal: global blocks are the first g only; the window is the own block and the w-1 previous ones;
-    random blocks come only from strictly earlier blocks; global query blocks see the past only (all of
-    it, which is within the leading globals, so every row fits the sparse table and no row is dense).
+    The frame is the module's maximum length (n_max blocks): a shorter input uses the top-left corner of
+    the n_max-block plan, keeping only key blocks below ``num_blocks``, so appending padding never changes
+    what a real query attends (as the official code, which pads every input to the maximum length).
+    Global blocks are those of the n_max frame (``global_blocks``): bidirectional trailing globals exist
+    only for inputs reaching the end of the frame. Bidirectional global query blocks are dense rows; causal
+    plans have no dense row (global query blocks see the past only, which their window and the leading
+    globals cover).
     """
-    n, g, w, r = num_blocks, num_global_blocks, window_blocks, num_random_blocks
-    i = torch.arange(n)[:, None]
-    j = torch.arange(n)[None, :]
+    ph, n_max, r = random_blocks.shape
+    n, g, w = num_blocks, num_global_blocks, window_blocks
+    if n > n_max:
+        raise ValueError(f"{n} blocks exceed the {n_max} blocks the random plan was drawn for")
+    is_global = global_blocks(n_max, g, causal)[:n]
     if causal:
-        is_global = torch.arange(n) < g
-        window = (j <= i) & (j > i - w)
-    else:
-        is_global = (torch.arange(n) < g - g // 2) | (torch.arange(n) >= n - g // 2)
-        window = (j - i).abs() <= (w - 1) // 2
-    listed = window | is_global[None, :]
-    candidates = ~listed
-    if causal:
-        candidates &= j < i
-    if r > 0 and n > 0:
-        s = scores[:n, :n].to(torch.float32).masked_fill(~candidates, -1.0)
-        top, idx = s.topk(min(r, n), dim=1)
-        listed = listed | torch.zeros(n, n, dtype=torch.bool).scatter(1, idx, top >= 0)
-    if causal:
-        listed &= j <= i
-        dense_rows = torch.zeros(0, dtype=torch.long)
         rows = torch.arange(n)
+        dense_rows = torch.zeros(0, dtype=torch.long)
     else:
-        dense_rows = torch.nonzero(is_global).flatten()
         rows = torch.nonzero(~is_global).flatten()
-    sub = listed[rows]
-    counts = sub.sum(dim=1)
-    k = int(counts.max()) if rows.numel() else 0
-    order = torch.sort((~sub).to(torch.int8), dim=1, stable=True).indices[:, :k]
-    valid = torch.arange(k)[None, :] < counts[:, None]
-    return BlockSparsePlan(block_size, n, causal, rows, order, valid, dense_rows)
+        dense_rows = torch.nonzero(is_global).flatten()
+    # The fixed part of every row: global and window blocks (disjoint from the random ones by construction).
+    fixed = window_of(rows, n, w, causal) | is_global[None, :]
+    if causal:
+        fixed &= torch.arange(n)[None, :] <= rows[:, None]
+    rand = random_blocks[:, rows] if rows.numel() else random_blocks[:, :0]
+    rand_ok = (rand >= 0) & (rand < n)
+    fixed_count = fixed.sum(1)
+    width = int(fixed_count.max()) if rows.numel() else 0
+    fixed_idx = torch.sort((~fixed).to(torch.int8), dim=1, stable=True).indices[:, :width]
+    fixed_ok = torch.arange(width)[None, :] < fixed_count[:, None]
+    cand = torch.cat([fixed_idx.expand(ph, -1, -1), rand.clamp(min=0)], dim=2)
+    ok = torch.cat([fixed_ok.expand(ph, -1, -1), rand_ok], dim=2)
+    order = torch.sort((~ok).to(torch.int8), dim=2, stable=True).indices
+    cand, ok = torch.gather(cand, 2, order), torch.gather(ok, 2, order)
+    k = max(1, int(ok.sum(2).max())) if rows.numel() else 0
+    cand, ok = cand[:, :, :k], ok[:, :, :k]
+    return BlockSparsePlan(block_size, n, causal, rows, torch.where(ok, cand, 0), ok, dense_rows)
+
+
+def plan_is_dense(plan: BlockSparsePlan) -> bool:
+    """True when every query block of every head lists every key block it could see (all blocks;
+    causal: every block up to its own): dense attention is then exactly the sparse result."""
+    counts = plan.key_valid.sum(2)  # (P, R)
+    full = plan.row_blocks + 1 if plan.causal else torch.full_like(plan.row_blocks, plan.num_blocks)
+    return bool((counts == full[None]).all())
 
 
 def bigbird_reference_allowed(plan: BlockSparsePlan, length: int) -> torch.Tensor:
-    """(length, length) bool element mask equivalent to the plan (block mask, then the causal mask),
-    cropped to ``length``; dense attention restricted to it must equal the block-sparse path."""
+    """(P, length, length) bool element mask per plan head equivalent to the plan (block mask, then the
+    causal mask), cropped to ``length``; dense attention restricted to it must equal the block-sparse path."""
     bs = plan.block_size
-    m = plan.block_mask().repeat_interleave(bs, 0).repeat_interleave(bs, 1)[:length, :length]
+    m = plan.block_mask().repeat_interleave(bs, 1).repeat_interleave(bs, 2)[:, :length, :length]
     if plan.causal:
         m = m & torch.ones(length, length, dtype=torch.bool, device=m.device).tril()
     return m
@@ -117,22 +173,30 @@ class BigBirdAttention(Attention):
 
     Decisions (SEMANTICS 17-22):
     17. Defaults: block 64, window 3, 2 global blocks (bidirectional: first and last), 3 random blocks.
-        The random plan comes from ``rand_scores``, an (n_max, n_max) uniform matrix drawn from ``seed``
-        at construction for n_max = ceil(max_len / block) blocks and kept as a persistent buffer: the
-        plan is the same in train and eval and survives a checkpoint. ``resample="every_step"`` redraws
-        it (from the global torch RNG) at every training forward, HF's behaviour; eval then uses the last
-        drawn plan (never HF's "all random blocks at block 0").
+        Random plans are per head and per layer (official ``bigbird_block_rand_mask_with_head``, HF): the
+        buffer ``random_blocks`` (P, n_max, r) holds, for each plan head and query block of the
+        n_max = ceil(max_len / block) frame, r distinct key blocks drawn uniformly outside its window
+        and globals (causal: strictly earlier). It is drawn from a generator seeded by (seed, layer index),
+        seed = option ``seed`` or, when null, the run seed (``torch.initial_seed()``, which
+        ``seed_everything(cfg.seed)`` sets before the model is built); the network passes the layer
+        index through ``bind_layer`` (``attention.base.number_attention_layers``). It is persistent: the
+        same plan in train and eval, and after a checkpoint. O(H * L / block * r) memory: linear in length.
+        ``share_plan_across_heads`` (P = 1) and ``share_plan_across_layers`` (the layer index left out of
+        the seed) restore a shared plan. ``resample="every_step"`` redraws it (from the global torch RNG)
+        at every training forward, HF's behaviour; eval then uses the last drawn plan.
         Hence ``bounded_length``: inputs longer than max_len are refused.
-    18. Dense fallback per call, never sticky, logged once per length: by default when the padded length
-        has at most g + w + r blocks (each row would list most blocks anyway); ``dense_fallback_len``
-        sets an explicit length threshold instead (0 disables the fallback). For causal modules the
-        fallback is exact (rows i < g + w + r already see every past block), so a threshold above
-        (g + w + r) * block is refused: it would make outputs depend on the sequence length.
-    19. Lengths are padded up to a block multiple (the padding is masked) and the output unpadded; an
-        aligned length adds no block. The plan is a function of the padded block count, so in the
-        bidirectional case appending whole blocks of padding moves the trailing global block and
-        reshuffles random blocks (as in every BigBird); padding content and padding up to the block
-        multiple never change real outputs. Causal plans are prefix-stable (rows depend on the row only).
+    18. Dense fallback per call, never sticky, logged once per length. Default (``dense_fallback_len``
+        null): only where it is exact, i.e. when the plan for the padded length lists, in every head,
+        every key block each query block could see; dense and sparse outputs are then equal. An explicit
+        ``dense_fallback_len`` uses dense attention for lengths <= it (0 disables the fallback); for
+        bidirectional modules this makes outputs of short batches differ from the sparse plan; for causal
+        modules a threshold above (g + w + r) * block is refused (beyond it dense and sparse differ).
+    19. Lengths are padded up to a block multiple (the padding is masked) and the output unpadded. The
+        plan of n blocks is the top-left corner of the n_max-block plan (``build_bigbird_plan``), so an
+        example's output does not depend on how much padding its batch adds (the official code pads
+        every input to max_len): its random keys never move. Trailing bidirectional global blocks are the
+        last blocks of the max_len frame, so inputs shorter than max_len keep only the leading globals (as
+        in the official code), and random picks beyond an input's length fall on padding.
     20. Causal BigBird: leading global blocks only, random blocks strictly from the past, element-level
         causal mask inside diagonal blocks; decoding gathers the plan row of the current block from the
         cached keys and equals the full forward.
@@ -142,14 +206,17 @@ class BigBirdAttention(Attention):
         value and gradient (tests/attention/test_bigbird_fast.py): ``reference``
         (``kernels.blocksparse_reference``: plain tensor gathers under autograd, O(L) memory, no L x L
         score matrix); ``blocked`` (``kernels.blocksparse_blocked``: cache-sized chunks of query rows
-        and a hand-written backward, the fast CPU path); ``flex`` (``kernels.blocksparse_flex``:
-        FlexAttention with a BlockMask built from the plan, compiled; on CPU forward only, since torch
-        2.13 has no CPU backward for it; ETC tokens unsupported). ``auto`` picks flex on CUDA (blocked
-        with ETC tokens) and blocked elsewhere. Incremental decoding always uses the reference row
+        and a hand-written backward that recomputes the probabilities, the fast CPU path); ``flex``
+        (``kernels.blocksparse_flex``: FlexAttention with a BlockMask built from the plan, compiled per
+        bucket of lengths; on CPU forward only, since torch 2.13 has no CPU backward for it). ``auto``
+        picks flex on CUDA and blocked elsewhere. Incremental decoding always uses the reference row
         gather (one block row per step).
-    ETC mode (``num_global_tokens`` > 0, patent claims): that many learned global tokens are prepended
-    as keys/values visible to every query, and removed from the output. Since this module is one layer,
-    their own query outputs would be discarded, so only their keys and values are computed.
+    Building blocks of the paper's Table 1 (options): random only ``window_blocks=0,
+    num_global_blocks=0, num_random_blocks=r``; window only ``window_blocks=w, num_global_blocks=0,
+    num_random_blocks=0``; random + window ``window_blocks=w, num_global_blocks=0, num_random_blocks=r``;
+    BigBird-ITC adds ``num_global_blocks=g``. ETC (extra global tokens with their own embeddings, patent)
+    is not implemented: it needs extra positions carried through every layer of the network, not a
+    per-layer option.
     Cross-attention is not block-sparse (``capabilities.cross=False``): it stays dot-product.
     """
 
@@ -159,24 +226,25 @@ class BigBirdAttention(Attention):
         super().__init__(d_model, num_heads, **kw)
         o = options
         self.options = o
-        if o.block_size < 1 or o.window_blocks < 1 or o.num_global_blocks < 0 or o.num_random_blocks < 0:
+        if o.block_size < 1 or o.window_blocks < 0 or o.num_global_blocks < 0 or o.num_random_blocks < 0:
             raise AttentionError(
-                "bigbird: block_size and window_blocks must be >= 1, "
-                "num_global_blocks and num_random_blocks >= 0"
+                "bigbird: block_size must be >= 1, window_blocks, num_global_blocks and num_random_blocks >= 0"
             )
-        if not self.causal and o.window_blocks % 2 == 0:
+        if o.window_blocks + o.num_global_blocks + o.num_random_blocks == 0:
+            raise AttentionError("bigbird: a query block must see something: set window_blocks, "
+                                 "num_global_blocks or num_random_blocks > 0")
+        if self.causal and o.window_blocks < 1:
+            raise AttentionError("bigbird: a causal module needs window_blocks >= 1 (each query sees its own "
+                                 f"block), got {o.window_blocks}")
+        if not self.causal and o.window_blocks % 2 == 0 and o.window_blocks != 0:
             raise AttentionError(
-                f"bigbird: a bidirectional window is centred: window_blocks must be odd, "
+                f"bigbird: a bidirectional window is centred: window_blocks must be 0 or odd, "
                 f"got {o.window_blocks}"
             )
         if o.resample not in ("never", "every_step"):
             raise AttentionError(f"bigbird: resample must be 'never' or 'every_step', got {o.resample!r}")
-        if o.num_global_tokens < 0:
-            raise AttentionError(f"bigbird: num_global_tokens must be >= 0, got {o.num_global_tokens}")
         if o.impl not in IMPLS:
             raise AttentionError(f"bigbird: impl must be one of {', '.join(IMPLS)}, got {o.impl!r}")
-        if o.impl == "flex" and o.num_global_tokens:
-            raise AttentionError("bigbird: impl=flex does not support num_global_tokens > 0; use impl=auto")
         self.block_size = o.block_size
         self.full_blocks = o.num_global_blocks + o.window_blocks + o.num_random_blocks
         exact_limit = self.full_blocks * o.block_size
@@ -190,52 +258,74 @@ class BigBirdAttention(Attention):
         self.k_proj = nn.Linear(d_model, d_model, bias=bias)
         self.v_proj = nn.Linear(d_model, d_model, bias=bias)
         self.out_proj = nn.Linear(d_model, d_model, bias=bias)
-        self.global_tokens = (
-            nn.Parameter(torch.randn(o.num_global_tokens, d_model) * d_model**-0.5)
-            if o.num_global_tokens else None
-        )
-        n_max = -(-int(self.max_len) // o.block_size)
-        gen = torch.Generator().manual_seed(int(o.seed))
-        self.register_buffer("rand_scores", torch.rand(n_max, n_max, generator=gen), persistent=True)
+        self.max_blocks = -(-int(self.max_len) // o.block_size)
+        self.plan_heads = 1 if o.share_plan_across_heads else num_heads
+        self.layer_index = 0
+        self.run_seed = torch.initial_seed()
+        self.register_buffer("random_blocks", self._draw(self._plan_generator()), persistent=True)
         self._plans: dict = {}
         self._logged_fallback: set[int] = set()
 
     # -- plan ----------------------------------------------------------------------------------------
+    def plan_seed(self) -> int:
+        """The seed of this layer's random plan: (option ``seed`` or the run seed, layer index)."""
+        base = self.run_seed if self.options.seed is None else int(self.options.seed)
+        layer = 0 if self.options.share_plan_across_layers else self.layer_index
+        return (base * 1_000_003 + layer) % (1 << 63)
+
+    def _plan_generator(self) -> torch.Generator:
+        return torch.Generator().manual_seed(self.plan_seed())
+
+    def _draw(self, generator: torch.Generator | None) -> torch.Tensor:
+        o = self.options
+        return draw_random_blocks(
+            self.max_blocks, heads=self.plan_heads, window_blocks=o.window_blocks,
+            num_global_blocks=o.num_global_blocks, num_random_blocks=o.num_random_blocks, causal=self.causal,
+            generator=generator,
+        )
+
+    def bind_layer(self, layer_index: int, run_seed: int) -> None:
+        """Redraw the random plan for this layer of a run (called once, after the network is built)."""
+        self.layer_index, self.run_seed = int(layer_index), int(run_seed)
+        with torch.no_grad():
+            self.random_blocks.copy_(self._draw(self._plan_generator()))
+
     def num_blocks(self, length: int) -> int:
         return -(-length // self.block_size)
 
     def plan_for_length(self, length: int, device=None) -> BlockSparsePlan:
         """The plan used for a sequence of ``length`` positions (padded to whole blocks)."""
+        return self._plan_and_density(length, device)[0]
+
+    def _plan_and_density(self, length: int, device=None) -> tuple[BlockSparsePlan, bool]:
         n = self.num_blocks(length)
-        s = self.rand_scores
+        s = self.random_blocks
         device = s.device if device is None else device
         key = (n, str(device))
         version = (s._version, s.data_ptr())
         hit = self._plans.get(key)
         if hit is not None and hit[0] == version:
-            return hit[1]
+            return hit[1], hit[2]
         o = self.options
         plan = build_bigbird_plan(
             s.detach().cpu(), n, block_size=o.block_size, window_blocks=o.window_blocks,
-            num_global_blocks=o.num_global_blocks, num_random_blocks=o.num_random_blocks, causal=self.causal,
-        ).to(device)
-        self._plans[key] = (version, plan)
-        return plan
+            num_global_blocks=o.num_global_blocks, causal=self.causal,
+        )
+        dense = plan_is_dense(plan)
+        plan = plan.to(device)
+        if len(self._plans) > 64:
+            self._plans.clear()
+        self._plans[key] = (version, plan, dense)
+        return plan, dense
 
     def uses_dense(self, length: int) -> bool:
         """The fallback rule, evaluated per call (never sticky)."""
         threshold = self.options.dense_fallback_len
         if threshold is None:
-            return self.num_blocks(length) <= self.full_blocks
+            return self._plan_and_density(length)[1]
         return length <= threshold
 
     # -- forward -------------------------------------------------------------------------------------
-    def _global_kv(self):
-        if self.global_tokens is None:
-            return None, None
-        g = self.global_tokens[None]
-        return self.split_heads(self.k_proj(g))[0], self.split_heads(self.v_proj(g))[0]
-
     def forward(self, x: torch.Tensor, key_padding_mask=None, cache: Cache | None = None) -> torch.Tensor:
         if cache is not None:
             return self._incremental(x, key_padding_mask, cache)
@@ -243,9 +333,8 @@ class BigBirdAttention(Attention):
         self.check_length(length)
         if self.training and self.options.resample == "every_step":
             with torch.no_grad():
-                self.rand_scores.uniform_()
+                self.random_blocks.copy_(self._draw(None))
         q, k, v = (self.split_heads(p(x)) for p in (self.q_proj, self.k_proj, self.v_proj))
-        ek, ev = self._global_kv()
         scale = self.head_dim**-0.5
         if self.uses_dense(length):
             if length not in self._logged_fallback:
@@ -260,16 +349,21 @@ class BigBirdAttention(Attention):
             else:
                 allowed = allowed[:, :, None]
             if self.recording_weights:
-                probs = gathered_probs(q[:, :, None], k[:, :, None], allowed, scale, ek)
-                extra = 0 if ek is None else ek.shape[1]
-                mask = torch.cat([allowed.new_ones(*allowed.shape[:-1], extra), allowed], dim=-1)
-                emit_dense(self, probs[:, :, 0], mask[:, :, 0], key_padding_mask, extra_keys=extra,
-                           note="dense fallback")
-                out = apply_gathered(probs, v[:, :, None], ev)
+                probs = gathered_probs(q[:, :, None], k[:, :, None], allowed, scale)
+                emit_dense(self, probs[:, :, 0], allowed[:, :, 0], key_padding_mask, note="dense fallback")
+                out = apply_gathered(probs, v[:, :, None])
             else:
-                out = attend_gathered(q[:, :, None], k[:, :, None], v[:, :, None], allowed, scale, ek, ev)
+                out = attend_gathered(q[:, :, None], k[:, :, None], v[:, :, None], allowed, scale)
             return self.out_proj(self.merge_heads(out[:, :, 0]))
-        padded = self.num_blocks(length) * self.block_size
+        need_grad = torch.is_grad_enabled() and (x.requires_grad or any(p.requires_grad for p in self.parameters()))
+        kernel = "reference" if self.recording_weights else self.kernel_for(x.device, need_grad)
+        if kernel == "flex":
+            # Pad to a bucket of lengths so the compiled kernel sees few shapes; exact, since the plan of a
+            # longer padding is the same plan restricted further (decision 19).
+            blocks = flex_bucket(self.num_blocks(length), self.max_blocks)
+        else:
+            blocks = self.num_blocks(length)
+        padded = blocks * self.block_size
         extra = padded - length
         pad = key_padding_mask.bool() if key_padding_mask is not None else None
         if extra:
@@ -277,19 +371,21 @@ class BigBirdAttention(Attention):
             if pad is None:
                 pad = torch.zeros(b, length, dtype=torch.bool, device=x.device)
             pad = F.pad(pad, (0, extra), value=True)
-        plan = self.plan_for_length(length, x.device)
+        plan = self.plan_for_length(padded, x.device)
         if self.recording_weights:
-            out = self._sparse_recorded(q, k, v, plan, pad, ek, ev, scale, length)
+            out = self._sparse_recorded(q, k, v, plan, pad, scale, length)
+        elif kernel == "flex":
+            out = flex_blocksparse_attention(q, k, v, plan, key_padding_mask=pad, scale=scale)
         else:
-            out = self._sparse_core(q, k, v, plan, pad, ek, ev, scale)
+            fn = blocked_blocksparse_attention if kernel == "blocked" else blocksparse_attention
+            out = fn(q, k, v, plan, key_padding_mask=pad, scale=scale)
         return self.out_proj(self.merge_heads(out[:, :, :length]))
 
     def kernel_for(self, device: torch.device, need_grad: bool) -> str:
         """The sparse kernel a forward on ``device`` uses (option ``impl``, ``auto`` resolved)."""
         impl = self.options.impl
         if impl == "auto":
-            use_flex = device.type == "cuda" and self.global_tokens is None and flex_available(device, need_grad)
-            return "flex" if use_flex else "blocked"
+            return "flex" if device.type == "cuda" and flex_available(device, need_grad) else "blocked"
         if impl == "flex" and not flex_available(device, need_grad):
             raise AttentionError(
                 f"bigbird: impl=flex cannot serve this call on {device.type} (FlexAttention has no "
@@ -297,29 +393,18 @@ class BigBirdAttention(Attention):
             )
         return impl
 
-    def _sparse_core(self, q, k, v, plan, pad, ek, ev, scale):
-        need_grad = torch.is_grad_enabled() and any(
-            t is not None and t.requires_grad for t in (q, k, v, ek, ev)
-        )
-        kernel = self.kernel_for(q.device, need_grad)
-        if kernel == "flex":
-            return flex_blocksparse_attention(q, k, v, plan, key_padding_mask=pad, scale=scale)
-        fn = blocked_blocksparse_attention if kernel == "blocked" else blocksparse_attention
-        return fn(q, k, v, plan, key_padding_mask=pad, extra_k=ek, extra_v=ev, scale=scale)
-
-    def _sparse_recorded(self, q, k, v, plan, pad, ek, ev, scale, length):
+    def _sparse_recorded(self, q, k, v, plan, pad, scale, length):
         """The reference kernel, keeping the per-block softmax weights it computes (recording only).
 
-        The record holds the weights of each query block over its gathered key blocks (and the dense
-        rows of global query blocks) as they were computed: no L x L matrix is formed here, and keys
-        outside the plan are simply absent (weight 0). ``AttentionWeights.dense()`` scatters them on request.
+        The record holds the weights of each query block over the union of its heads' key blocks (and
+        the dense rows of global query blocks) as they were computed: no L x L matrix is formed here, and
+        keys outside a head's plan are absent or carry weight 0. ``AttentionWeights.dense()`` scatters them
+        on request.
         """
         gathered: list[GatheredWeights] = []
-        out = blocksparse_attention(q, k, v, plan, key_padding_mask=pad, extra_k=ek, extra_v=ev, scale=scale,
-                                    weights=gathered)
+        out = blocksparse_attention(q, k, v, plan, key_padding_mask=pad, scale=scale, weights=gathered)
         b, padded = q.shape[0], q.shape[2]
         real = torch.ones(b, padded, dtype=torch.bool, device=q.device) if pad is None else ~pad
-        extra = 0 if ek is None else ek.shape[1]
         parts = [
             WeightPart(probs=w.probs.detach().float(), allowed=w.allowed, real_queries=real[:, w.query_index],
                        query_index=w.query_index, key_index=w.key_index)
@@ -327,7 +412,7 @@ class BigBirdAttention(Attention):
         ]
         self.emit_weights(AttentionWeights(
             variant=self.name, causal=self.causal, layout="block_sparse", num_queries=length,
-            num_keys=extra + length, parts=parts, extra_keys=extra,
+            num_keys=length, parts=parts,
             note=f"sparse path: per-block weights ({plan.num_blocks} blocks of {plan.block_size})",
         ))
         return out
@@ -354,9 +439,6 @@ class BigBirdAttention(Attention):
             k, v = (F.pad(t, (0, 0, 0, extra)) for t in (k, v))
             pad = F.pad(pad, (0, extra), value=True)
         plan = self.plan_for_length(total, x.device)
-        ek, ev = self._global_kv()
         positions = torch.arange(offset, total, device=x.device)
-        out = blocksparse_attention_at(
-            q, positions, k, v, plan, key_padding_mask=pad, extra_k=ek, extra_v=ev, scale=self.head_dim**-0.5
-        )
+        out = blocksparse_attention_at(q, positions, k, v, plan, key_padding_mask=pad, scale=self.head_dim**-0.5)
         return self.out_proj(self.merge_heads(out))

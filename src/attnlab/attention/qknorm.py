@@ -23,11 +23,16 @@ def g0_from_length(length: float) -> float:
     return math.log2(length * length - length)
 
 
-def qknorm_g0(lengths: Sequence[int | float]) -> float:
-    """g0 from training sequence lengths: L is their 97.5th percentile (numpy's linear interpolation)."""
+def length_p975(lengths: Sequence[int | float]) -> float:
+    """L of QKNorm's g0: the 97.5th percentile of training lengths (numpy's linear interpolation)."""
     if len(lengths) == 0:
         raise AttentionError("qknorm: cannot compute g0 from an empty list of training lengths")
-    return g0_from_length(float(np.percentile(np.asarray(lengths, dtype=np.float64), 97.5)))
+    return float(np.percentile(np.asarray(lengths, dtype=np.float64), 97.5))
+
+
+def qknorm_g0(lengths: Sequence[int | float]) -> float:
+    """g0 from training sequence lengths: log2(L^2 - L), L their 97.5th percentile (``length_p975``)."""
+    return g0_from_length(length_p975(lengths))
 
 
 @dataclass

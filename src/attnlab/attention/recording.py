@@ -102,14 +102,16 @@ class AttentionWeights:
         rows = max(int(p.query_index.max()) for p in self.parts if p.query_index.numel()) + 1
         cols = max(int(p.key_index.max()) for p in self.parts if p.key_index.numel()) + 1
         weights = first.new_zeros(max(rows, self.num_queries), max(cols, self.num_keys), b, h)
-        allowed = torch.zeros(weights.shape[:2] + (b, 1), dtype=torch.int32, device=first.device)
+        # One allowed mask per head only where some part's mask differs by head (BigBird per-head plans).
+        heads = max(p.allowed.shape[1] for p in self.parts)
+        allowed = torch.zeros(weights.shape[:2] + (b, heads), dtype=torch.int32, device=first.device)
         for part in self.parts:
             q, k = part.query_index[:, None], part.key_index
             q, k = torch.broadcast_tensors(q, k)
             # accumulate=True: filler columns of a sparse row may repeat a real column; they carry 0.
             weights.index_put_((q, k), part.probs.permute(2, 3, 0, 1), accumulate=True)
             mask, _ = part._masks()
-            allowed.index_put_((q, k), mask[:, :1].permute(2, 3, 0, 1).to(torch.int32), accumulate=True)
+            allowed.index_put_((q, k), mask[:, :heads].permute(2, 3, 0, 1).to(torch.int32), accumulate=True)
         weights = weights[: self.num_queries, : self.num_keys].permute(2, 3, 0, 1)
         allowed = allowed[: self.num_queries, : self.num_keys].permute(2, 3, 0, 1) > 0
         return weights, allowed

@@ -39,11 +39,12 @@ class SynthFixedRandomOptions(FixedRandomOptions):
     summary="Fixed random synthesizer: seeded, frozen R",
 )
 class SynthFixedRandomAttention(SynthesizerAttention):
-    """Fixed random synthesizer: R drawn from N(0, 1) with ``seed`` and kept as a persistent buffer.
+    """Fixed random synthesizer: R drawn from N(0, 1) and kept as a persistent buffer.
 
-    R is saved in the state dict (a checkpoint restores the exact matrix) and never receives gradient;
-    the same seed gives the same R on every machine (CPU generator). Shared decisions:
-    ``SynthesizerAttention``.
+    R is saved in the state dict (a checkpoint restores the exact matrix) and never receives gradient.
+    Every layer and head has its own draw: inside a network each layer draws from (``seed``, its module
+    path), ``seed`` being the run seed unless set; the same seed gives the same R on every machine (CPU
+    generator). Shared decisions: ``SynthesizerAttention``.
     """
 
     component_names = ("fixed_random",)

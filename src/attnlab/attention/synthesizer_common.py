@@ -10,7 +10,7 @@ Components (``B_c``, per head h):
 - ``dense``: B_i = F(X_i), F: d -> l_max (eq. 1-2; Table 7 picks F, see ``DenseLogits``).
 - ``factorized_dense``: B_i = H_A(F_A(X_i)) * H_B(F_B(X_i)), a * b >= l_max (eq. 5-6).
 - ``random``: B = R, a trainable l_max x l_max matrix (eq. 3).
-- ``fixed_random``: B = R, seeded and never trained (a persistent buffer).
+- ``fixed_random``: B = R, seeded and never trained (a persistent buffer), its own draw per layer and head.
 - ``factorized_random``: B = R1 R2^T, R1, R2 in R^{l_max x k} (eq. 7), input independent.
 - ``vanilla``: B = Q K^T / sqrt(d_h), only inside mixtures (eq. 9 "+ dot product").
 """
@@ -30,6 +30,7 @@ from attnlab.attention._cache import append_padding, append_to_cache
 from attnlab.attention.base import Attention, AttentionError, Cache, Capabilities
 from attnlab.attention.masks import build_allowed_mask, mask_logits
 from attnlab.attention.recording import emit_dense
+from attnlab.attention.seeding import layer_seed
 
 SYNTH_FNS = ("dense", "linear", "conv3", "conv5", "bottleneck", "glu")
 COMPONENTS = ("dense", "factorized_dense", "random", "fixed_random", "factorized_random", "vanilla")
@@ -55,7 +56,9 @@ class FactorizedDenseOptions(SynthOptions):
 
 @dataclass
 class FixedRandomOptions(SynthOptions):
-    seed: int = 0
+    # Base seed of the fixed R draws; each layer draws from (seed, its place in the model). None: the run's
+    # seed (the trainer fills it in), 0 for a module or model built outside a run.
+    seed: int | None = None
 
 
 @dataclass
@@ -71,18 +74,22 @@ class MixtureWeightOptions:
 
 # -- logit components ---------------------------------------------------------------------------------
 class PerHeadLinear(nn.Module):
-    """(B, n, H * d_in) -> (B, H, n, d_out): an independent linear map per head."""
+    """An independent linear map per head: (B, n, H * d_in) -> (B, H, n, d_out), head h reading its own
+    slice of the input; with ``whole_input`` every head reads the whole (B, n, d_in) vector instead."""
 
-    def __init__(self, num_heads: int, d_in: int, d_out: int, bias: bool) -> None:
+    def __init__(self, num_heads: int, d_in: int, d_out: int, bias: bool, *, whole_input: bool = False) -> None:
         super().__init__()
         bound = d_in**-0.5  # nn.Linear's default init range
         self.weight = nn.Parameter(torch.empty(num_heads, d_in, d_out).uniform_(-bound, bound))
         self.bias = nn.Parameter(torch.empty(num_heads, d_out).uniform_(-bound, bound)) if bias else None
-        self.num_heads = num_heads
+        self.num_heads, self.whole_input = num_heads, whole_input
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, n, _ = x.shape
-        y = torch.einsum("bnhi,hio->bhno", x.view(b, n, self.num_heads, -1), self.weight)
+        if self.whole_input:
+            y = torch.einsum("bni,hio->bhno", x, self.weight)
+        else:
+            y = torch.einsum("bnhi,hio->bhno", x.view(b, n, self.num_heads, -1), self.weight)
         return y if self.bias is None else y + self.bias[None, :, None, :]
 
 
@@ -100,7 +107,8 @@ class DenseLogits(SynthComponent):
     F by ``synthesizer_fn`` (Table 7), all ending in a per-head map to l_max so that each head has its
     own logits (Table 1 counts d^2 + d*l for ``dense``):
     - dense: Linear(d, d) -> ReLU -> per-head Linear(d_h, l)  (eq. 2).
-    - linear: per-head Linear(d_h, l) on X split into heads (dense without the hidden layer).
+    - linear: per-head Linear(d, l) on the whole token X_i (the paper's F: R^d -> R^l, one per head;
+      dense without the hidden layer). Reading only the head's d/H slice would be a narrower F.
     - bottleneck: Linear(d, b) -> ReLU -> per-head Linear(b/H, l), b = ``bottleneck_dim`` (d/4 default).
     - glu: GLU(Linear(d, 2d)) -> per-head Linear(d_h, l).
     - conv3 / conv5: Conv1d(d, d, k) -> ReLU -> grouped Conv1d(d, H*l, k, groups=H) along the sequence
@@ -125,7 +133,8 @@ class DenseLogits(SynthComponent):
             width = d_model
         elif fn == "linear":
             self.hidden = nn.Identity()
-            width = d_model
+            self.head = PerHeadLinear(num_heads, d_model, l_max, bias, whole_input=True)
+            return
         elif fn == "bottleneck":
             width = bottleneck_dim or num_heads * max(1, d_model // (4 * num_heads))
             if width % num_heads:
@@ -209,15 +218,30 @@ class FactorizedDenseLogits(SynthComponent):
 
 class RandomLogits(SynthComponent):
     """Random synthesizer (eq. 3): R in R^{H x l x l}; logits for queries at absolute positions
-    offset..offset+n-1 are rows R[offset:offset+n] (decoding uses the current position's row)."""
+    offset..offset+n-1 are rows R[offset:offset+n] (decoding uses the current position's row).
 
-    def __init__(self, num_heads, l_max, *, trainable: bool, seed: int = 0) -> None:
+    Fixed R (``trainable=False``) is the paper's untrained random initialisation: a persistent buffer,
+    one N(0, 1) draw per head. Built alone it is drawn from ``seed``; inside a network
+    (``attention.seeding.draw_per_layer``) each layer redraws from (``seed``, its module path), so no two
+    layers share R and the run seed changes every one of them.
+    """
+
+    def __init__(self, num_heads, l_max, *, trainable: bool, seed: int | None = 0) -> None:
         super().__init__()
+        self.trainable = trainable
         if trainable:
             self.R = nn.Parameter(torch.randn(num_heads, l_max, l_max))
         else:
-            gen = torch.Generator().manual_seed(int(seed))
+            self.base_seed = 0 if seed is None else int(seed)
+            gen = torch.Generator().manual_seed(self.base_seed)
             self.register_buffer("R", torch.randn(num_heads, l_max, l_max, generator=gen), persistent=True)
+
+    def draw_for_layer(self, path: str) -> None:
+        if self.trainable:
+            return  # a trainable R is initialised from the global generator, already distinct per layer
+        gen = torch.Generator().manual_seed(layer_seed(self.base_seed, path))
+        with torch.no_grad():
+            self.R.copy_(torch.randn(self.R.shape, generator=gen))
 
     def logits(self, x, *, offset, key_len, cache, pad):
         n = x.shape[1]
@@ -277,7 +301,7 @@ def build_component(name: str, module: Attention, options) -> SynthComponent:
     if name == "random":
         return RandomLogits(h, l_max, trainable=True)
     if name == "fixed_random":
-        return RandomLogits(h, l_max, trainable=False, seed=getattr(options, "seed", 0))
+        return RandomLogits(h, l_max, trainable=False, seed=getattr(options, "seed", None))
     if name == "factorized_random":
         return FactorizedRandomLogits(h, l_max, rank=getattr(options, "rank", 8))
     if name == "vanilla":
@@ -297,7 +321,8 @@ class SynthesizerAttention(Attention):
     3. Incremental decoding uses the rows of the current absolute positions (``cache["length"]``).
     4. Self-attention only (``capabilities.cross=False``): cross-attention stays dot-product.
     5. No Q/K projections: only a value projection G and the output projection, so parameter counts
-       follow Table 1. Trainable R is an ``nn.Parameter`` per head; fixed R a seeded persistent buffer.
+       follow Table 1. Trainable R is an ``nn.Parameter`` per head; fixed R a seeded persistent buffer,
+       drawn per layer from (run seed, layer) inside a network (``RandomLogits``).
     6. Factorized random is R1 R2^T, input independent, k = 8 by default.
     7. Factorized dense tiling: C_j = A_{j mod a} * B_{j // a} (see ``FactorizedDenseLogits``).
     8. Mixtures add weighted logits before softmax, masks after mixing. Weights are the paper's convex

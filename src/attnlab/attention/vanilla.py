@@ -8,6 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from attnlab.attention._cache import append_padding, append_to_cache
 from attnlab.attention.base import Attention, Cache, Capabilities
 from attnlab.attention.masks import build_allowed_mask, mask_logits
 from attnlab.attention.recording import emit_dense
@@ -78,14 +79,11 @@ class DotProductAttention(Attention):
         offset = 0
         if cache is not None:
             offset = int(cache.get("length", 0))
-            if "k" in cache:
-                k = torch.cat([cache["k"], k], dim=2)
-                v = torch.cat([cache["v"], v], dim=2)
-                if key_padding_mask is not None and "pad" in cache:
-                    key_padding_mask = torch.cat([cache["pad"], key_padding_mask], dim=1)
-            cache["k"], cache["v"] = k, v
-            if key_padding_mask is not None:
-                cache["pad"] = key_padding_mask
+            k = append_to_cache(cache, "k", k, dim=2)
+            v = append_to_cache(cache, "v", v, dim=2)
+            # Every key's padding so far: a mask given on some steps only keeps covering its keys, and a
+            # step without one counts as real tokens.
+            key_padding_mask = append_padding(cache, key_padding_mask, offset, b, n, x.device)
             cache["length"] = offset + n
         q, k = self.prepare_qk(q, k)
         allowed = build_allowed_mask(

@@ -14,6 +14,25 @@ HYDRA_FLAGS = ("--help", "-h", "--hydra-help", "--info", "-i", "--cfg", "-c", "-
                "--config-dir", "-cd", "--version", "--run", "-r")
 
 
+def quiet_lightning() -> None:
+    """Lightning's messages through the application's handlers only, at WARNING: importing Lightning gives
+    its loggers a handler of their own (every line printed twice under ours) and INFO chatter (start-up
+    tips, "GPU available: False"). The pytree deprecation Lightning 2.6 triggers in torch 2.13 at every fit
+    is not ours to fix."""
+    import logging
+    import warnings
+
+    import lightning.pytorch  # noqa: F401 - the import adds the handlers removed below
+
+    warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\).*")
+    for name in ("lightning.pytorch", "lightning.fabric"):
+        logger = logging.getLogger(name)
+        logger.setLevel(logging.WARNING)
+        logger.propagate = True
+        for handler in list(logger.handlers):
+            logger.removeHandler(handler)
+
+
 def _loaded(module: str, name: str) -> tuple[type[BaseException], ...]:
     """``module.name`` if that module is imported, else nothing: an exception can only have been raised by a
     module that is loaded, and importing torch or Lightning to name a class would cost seconds per refusal."""
@@ -127,23 +146,25 @@ def fail(message: str, code: int = 2) -> None:
     raise SystemExit(code)
 
 
-def compose(config_name: str, overrides: list[str]) -> DictConfig:
+def compose(config_name: str, overrides: list[str], *, with_hydra: bool = False) -> DictConfig:
+    """The config Hydra composes for ``config_name`` (plus Hydra's own section with ``with_hydra``, named
+    as ``@hydra.main`` in ``cli/<config_name>.py`` names its job)."""
     from hydra import compose as hydra_compose
     from hydra import initialize_config_module
     from hydra.core.global_hydra import GlobalHydra
 
     GlobalHydra.instance().clear()
-    with initialize_config_module(config_module="attnlab.conf", version_base="1.3"):
-        return hydra_compose(config_name=config_name, overrides=overrides)
+    with initialize_config_module(config_module="attnlab.conf", version_base="1.3", job_name=config_name):
+        return hydra_compose(config_name=config_name, overrides=overrides, return_hydra_config=with_hydra)
 
 
 def compose_checked(config_name: str, overrides: list[str]) -> DictConfig:
-    """Compose, apply the scale and validate, as the run will; raises the user errors above."""
+    """Compose, apply the scale and validate (the root keys too), as the run will; raises the user errors
+    above. Neither Lightning nor the model is needed for that (benchmarks/bench_refusal.py times it)."""
     from attnlab.training.config import validate
-    from attnlab.training.run import apply_scale, check_resume_config
+    from attnlab.training.scale import apply_scale
 
     cfg = compose(config_name, overrides)
     apply_scale(cfg, overrides)
     validate(cfg)
-    check_resume_config(cfg)
     return cfg

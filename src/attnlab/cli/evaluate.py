@@ -7,7 +7,9 @@
 The run's own config (``.hydra/config.yaml`` and the overrides it was started with) rebuilds the task and
 the model; ``key=value`` arguments override it. Weights are loaded with ``weights_only=True``. The metrics
 go to ``eval.json`` beside the checkpoint (``<name>.eval.json`` for a checkpoint other than last.ckpt),
-written atomically. Bad input gets one line on stderr and exit code 2.
+written atomically; a sequence-to-sequence task's decoded outputs (``<split>.hyp/.ref/.src/.jsonl``, see
+training/outputs.py) go to ``eval_outputs/`` (``<name>.eval_outputs/``) beside it. Bad input gets one line
+on stderr and exit code 2.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from attnlab.cli.common import fail, one_line, user_errors
+from attnlab.cli.common import fail, one_line, quiet_lightning, user_errors
 
 log = logging.getLogger("attnlab")
 WHICH = ("last", "best")
@@ -128,6 +130,7 @@ def evaluate(path: Path, which: str = "last", overrides: list[str] | None = None
 
     from attnlab.results.record import atomic_write_text
     from attnlab.training.checkpointing import LAST, checkpoint_step, init_weights_from, load_checkpoint_file
+    from attnlab.training.outputs import write_decoded_outputs
     from attnlab.training.run import build_datamodule, build_module, build_task_data, collect_metrics
 
     run_dir, ckpt_path = locate(path, which)
@@ -154,6 +157,9 @@ def evaluate(path: Path, which: str = "last", overrides: list[str] | None = None
         "versions": {"torch": torch.__version__, "lightning": L.__version__},
     }
     out = ckpt_path.with_name("eval.json" if ckpt_path.name == LAST else f"{ckpt_path.stem}.eval.json")
+    outputs = ckpt_path.with_name("eval_outputs" if ckpt_path.name == LAST else f"{ckpt_path.stem}.eval_outputs")
+    if write_decoded_outputs(outputs, module.test_outputs, task):
+        result["outputs"] = str(outputs.resolve())
     atomic_write_text(out, json.dumps(result, indent=2, sort_keys=True) + "\n")
     result["written"] = str(out)
     return result
@@ -162,11 +168,10 @@ def evaluate(path: Path, which: str = "last", overrides: list[str] | None = None
 def main(argv: list[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    for name in ("lightning.pytorch", "lightning.fabric"):
-        logging.getLogger(name).setLevel(logging.WARNING)
     os.environ.setdefault("HYDRA_FULL_ERROR", "0")
     try:
         path, which, overrides = parse_args(argv)
+        quiet_lightning()
         result = evaluate(path, which, overrides)
     except (EvalError, *user_errors()) as exc:
         fail(one_line(exc))
@@ -174,6 +179,8 @@ def main(argv: list[str] | None = None) -> None:
     for key, value in result["metrics"].items():
         print(f"  {key:<28} {'n/a' if value is None else f'{value:.4f}'}")
     print(f"written: {result['written']}")
+    if "outputs" in result:
+        print(f"decoded outputs: {result['outputs']}")
 
 
 if __name__ == "__main__":

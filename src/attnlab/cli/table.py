@@ -4,6 +4,8 @@
     attnlab-table table=all                       # every experiments/<paper>/<table>.yaml
     attnlab-table table=summary runs=runs/demo    # print every record found
     attnlab-table table=synthesizer/table2 source=wandb entity=me project=attnlab
+    attnlab-table table=synthesizer/table2 source=wandb runs=runs/   # offline wandb runs' files, not synced
+    attnlab-table table=synthesizer/table2 wandb=true                # also send the tables as a wandb artifact
 
 A thin ``@hydra.main`` over :func:`build_tables`, which tests call directly. Errors the user can fix
 (corrupt record, unknown spec, unreachable wandb) are one line on stderr, exit code 2, nothing written.
@@ -20,23 +22,15 @@ from typing import Any
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
+from attnlab.results.build import build_table
+from attnlab.results.errors import SpecError, TableError
+from attnlab.results.loading import Corrupt, Loaded, corrupt_hint, load_records
 from attnlab.results.paper import PaperTablesError, default_experiments_dir, load_paper_tables
-from attnlab.results.record import RecordError, config_hash, sanitize_record, validate_record
-from attnlab.results.table import (
-    Corrupt,
-    Loaded,
-    SpecError,
-    TableError,
-    build_table,
-    corrupt_hint,
-    list_specs,
-    load_records,
-    load_spec,
-    render_all,
-    render_markdown,
-    render_summary,
-    write_files_atomically,
-)
+from attnlab.results.record import RecordError, config_hash, sanitize_record, validate_record, write_files_atomically
+from attnlab.results.render import render_all, render_markdown, render_summary
+from attnlab.results.render.claims import render_claims_overview
+from attnlab.results.render.png import has_figure
+from attnlab.results.spec import list_specs, load_spec
 
 EXIT_USER_ERROR = 2
 
@@ -82,6 +76,10 @@ def build_tables(cfg: Mapping[str, Any] | DictConfig) -> list[Path]:
                 f"attnlab-table: no results.json under {', '.join(roots)}; every cell will be missing",
                 file=sys.stderr,
             )
+    elif not cfg.get("entity") and not cfg.get("project"):  # offline runs' files under runs=
+        from attnlab.cli.wandb_io import offline_wandb_records
+
+        records, corrupt = offline_wandb_records(_as_list(cfg.get("runs", "runs/")), skip_corrupt=skip)
     else:
         records, corrupt = wandb_records(cfg.get("entity"), cfg.get("project"), skip_corrupt=skip)
 
@@ -98,6 +96,8 @@ def build_tables(cfg: Mapping[str, Any] | DictConfig) -> list[Path]:
         built = build_table(spec, records, papers, corrupt)
         built_all.append(built)
         files.update(render_all(built, cfg.get("out") or "results/", plot=bool(cfg.get("plot", True))))
+    if table == "all":  # the overview covers every spec, so only a build of all of them writes it
+        files[Path(cfg.get("out") or "results/") / CLAIMS_FILENAME] = render_claims_overview(built_all).encode()
     readme = Path(cfg["readme"]) if cfg.get("readme") else None
     if readme is not None:
         if not readme.is_file():
@@ -113,16 +113,53 @@ def build_tables(cfg: Mapping[str, Any] | DictConfig) -> list[Path]:
             )
         print(f"attnlab-table: {len(files)} table file(s) match the run records")
         return []
-    written = write_files_atomically(files)
+    if not cfg.get("force") and source == "local":
+        refuse_overwrite_from_scratch_runs(files, roots, Path(cfg.get("out") or "results/"))
+    try:
+        written = write_files_atomically(files)
+    except OSError as exc:
+        where = exc.filename or cfg.get("out") or "results/"
+        raise TableError(
+            f"cannot write the tables ({exc.strerror or exc}: {where}); choose a writable folder with out=<dir>"
+        ) from exc
     for built in built_all:
+        stale = Path(cfg.get("out") or "results/") / f"{built.spec.name}.png"
+        if cfg.get("plot", True) and not has_figure(built) and stale.is_file():
+            stale.unlink()  # a figure of runs that are no longer there; a table without runs has none
+            print(f"removed {stale} (no completed runs to plot)")
         if cfg.get("print"):
             sys.stdout.write(render_markdown(built) + "\n")
     for path in written:
         print(f"wrote {path}")
+    if cfg.get("wandb"):
+        from attnlab.cli.wandb_io import upload_tables
+
+        run_id = upload_tables(written, entity=cfg.get("entity"), project=cfg.get("project"), name=table)
+        print(f"wandb: tables sent as an artifact of run {run_id}" if run_id else "wandb: no table files to send")
     return written
 
 
 TABLE_SUFFIXES = (".md", ".csv", ".tex", ".png")
+CLAIMS_FILENAME = "CLAIMS.md"  # under out/: every claim of every table
+PUBLISHED_RUNS = "runs"  # under out/: results/runs holds the records the committed tables are built from
+
+
+def refuse_overwrite_from_scratch_runs(files: Mapping[Path, bytes], roots: list[str], out: Path) -> None:
+    """TableError when tables built from anything but ``<out>/runs`` would change files that already exist.
+
+    The committed tables under results/ are built from results/runs; a bare ``attnlab-table`` reads the
+    scratch runs/ folder and would otherwise replace them with "missing" cells. ``force=true`` allows it.
+    """
+    published = (out / PUBLISHED_RUNS).resolve()
+    if all(published == Path(r).resolve() or published in Path(r).resolve().parents for r in roots):
+        return
+    changed = sorted(str(p) for p, content in files.items() if p.is_file() and p.read_bytes() != content)
+    if changed:
+        raise TableError(
+            f"refusing to overwrite {len(changed)} existing table file(s) ({changed[0]}"
+            f"{', ...' if len(changed) > 1 else ''}) with tables built from runs={','.join(roots)}, which is not "
+            f"{out / PUBLISHED_RUNS}; pass out=<another folder> to look at them, or force=true to overwrite"
+        )
 README_BLOCK = re.compile(r"(<!-- attnlab-table: (\S+) -->\n)(.*?)(<!-- /attnlab-table -->)", re.S)
 
 
@@ -157,7 +194,7 @@ def check_tables(files: Mapping[Path, bytes], out: Path, find_orphans: bool) -> 
     if find_orphans:
         expected = {p.resolve() for p in files}
         # Only the folders tables go to: results/bench, results/runs and README.md's folder hold other files.
-        paper_dirs = sorted({p.parent for p in files if out.resolve() in p.resolve().parents})
+        paper_dirs = sorted({p.parent for p in files if out.resolve() in p.resolve().parent.parents})  # not out/ itself
         for path in sorted(q for d in paper_dirs for q in d.glob("*")):
             if path.suffix in TABLE_SUFFIXES and path.resolve() not in expected:
                 differ.append(f"{path} (no spec generates it)")
@@ -270,15 +307,21 @@ def wandb_records(
     for run in runs:
         where = Path(f"wandb:{entity}/{project}/{run.id}")
         data = record_from_wandb(dict(run.summary), dict(run.config), run.state, run.id, run.url)
-        problems = validate_record(data)
-        if problems:
-            msg = f"{where}: does not map to a run record: {'; '.join(problems[:3])}"
-            if not skip_corrupt:
-                raise TableError(corrupt_hint(msg))
-            corrupt.append(Corrupt(where, msg, data))
-        else:
-            loaded.append(Loaded(where, data))
+        sort_wandb_record(where, data, validate_record(data), skip_corrupt, loaded, corrupt)
     return loaded, corrupt
+
+
+def sort_wandb_record(where: Path, data: dict, problems: list[str], skip_corrupt: bool, loaded: list,
+                      corrupt: list) -> None:
+    """Append a record mapped from wandb to ``loaded``, or (with its problems) to ``corrupt``; without
+    ``skip_corrupt`` a problem stops the build with one line."""
+    if problems:
+        msg = f"{where}: does not map to a run record: {'; '.join(problems[:3])}"
+        if not skip_corrupt:
+            raise TableError(corrupt_hint(msg))
+        corrupt.append(Corrupt(where, msg, data))
+    else:
+        loaded.append(Loaded(where, data))
 
 
 # ----------------------------------------------------------------------------------------------------------

@@ -18,7 +18,6 @@ import logging
 import os
 import sys
 import time
-import warnings
 from pathlib import Path
 
 import hydra
@@ -27,9 +26,11 @@ from omegaconf import DictConfig
 from attnlab.cli.common import (
     HYDRA_FLAGS,
     check_group_choices,
+    compose,
     compose_checked,
     fail,
     one_line,
+    quiet_lightning,
     run_errors,
     user_errors,
 )
@@ -45,13 +46,7 @@ def hydra_main(cfg: DictConfig) -> None:
     from attnlab.training.run import close_wandb, run
     from attnlab.training.storage import RunFolderBusy, RunFolderLock
 
-    # Importing Lightning resets its loggers to INFO with a handler of their own (start-up tips, "GPU
-    # available: False"); keep them at the level the job logging config asks for.
-    for name in ("lightning.pytorch", "lightning.fabric"):
-        logging.getLogger(name).setLevel(logging.WARNING)
-        logging.getLogger(name).propagate = True
-        for handler in list(logging.getLogger(name).handlers):
-            logging.getLogger(name).removeHandler(handler)
+    quiet_lightning()
     hc = HydraConfig.get()
     overrides = list(hc.overrides.task)
     command = " ".join(["attnlab-train", *overrides])
@@ -65,6 +60,8 @@ def hydra_main(cfg: DictConfig) -> None:
             _FAILED_JOBS[out] = str(exc)
             return
         fail(str(exc))
+    if hc.output_subdir is not None:
+        save_config_that_runs(cfg, overrides, Path(out) / hc.output_subdir)
     try:
         record = run(cfg, run_dir=out, command=command, cli_overrides=overrides)
     except Preempted as exc:
@@ -112,14 +109,78 @@ def _record_failure(cfg: DictConfig, out: str, command: str, reason: str) -> str
     return f"{reason}; no run record could be written in {out}"
 
 
+# Beside Hydra's .hydra/config.yaml (rewritten with the scale applied): the composition before the scale.
+CONFIG_BEFORE_SCALE = "config_before_scale.yaml"
+
+
+def save_config_that_runs(cfg: DictConfig, overrides: list[str], hydra_dir: Path) -> None:
+    """Apply the scale to ``cfg`` and rewrite ``.hydra/config.yaml`` with it: Hydra saved the config before
+    ``at_scale`` blocks were applied, and the run folder must hold the config that runs. The composition
+    before the scale is kept as ``.hydra/config_before_scale.yaml``."""
+    from omegaconf import OmegaConf
+
+    from attnlab.results.record import atomic_write_text
+    from attnlab.training.scale import apply_scale
+
+    before = OmegaConf.to_yaml(cfg)
+    apply_scale(cfg, overrides)  # run() applies it again: a no-op on a scaled config
+    atomic_write_text(hydra_dir / CONFIG_BEFORE_SCALE, before)
+    atomic_write_text(hydra_dir / "config.yaml", OmegaConf.to_yaml(cfg))
+
+
+def show_config(argv: list[str]) -> bool:
+    """Hydra's ``--cfg job|all`` (with ``--resolve`` and ``-p PACKAGE``), printed as Hydra prints it but
+    with the scale applied, so it shows the config the run will use. False: not such a call, Hydra's own
+    handling applies (``--cfg hydra`` is unaffected by the scale; other flag mixes get Hydra's answer)."""
+    from hydra._internal.utils import get_args_parser
+
+    try:
+        args = get_args_parser().parse_args(argv)
+    except SystemExit:
+        return False  # Hydra reports the bad flags itself
+    others = (args.help, args.hydra_help, args.run, args.multirun, args.shell_completion, args.info,
+              args.config_path, args.config_name, args.config_dir, args.experimental_rerun)
+    if args.cfg not in ("job", "all") or any(others):
+        return False
+    from hydra.core.hydra_config import HydraConfig
+    from omegaconf import Container, OmegaConf, flag_override
+
+    from attnlab.training.scale import apply_scale
+
+    try:
+        cfg = compose("train", args.overrides, with_hydra=True)
+        apply_scale(cfg, args.overrides)
+    except user_errors() as exc:
+        fail(one_line(exc))
+    HydraConfig.instance().set_config(cfg)  # as Hydra does, so ${hydra:...} resolves
+    OmegaConf.set_readonly(cfg.hydra, None)
+    if args.cfg == "job":
+        with flag_override(cfg, ["struct", "readonly"], [False, False]):
+            del cfg["hydra"]
+    package = None if args.package == "_global_" else args.package
+    shown = cfg if package is None else OmegaConf.select(cfg, package)
+    if shown is None:
+        sys.stderr.write(f"package '{package}' not found in config\n")
+        raise SystemExit(1)
+    if not isinstance(shown, Container):
+        print(shown)
+        return True
+    if package is not None:
+        print(f"# @package {package}")
+    if args.resolve:
+        OmegaConf.resolve(shown)
+    sys.stdout.write(OmegaConf.to_yaml(shown))
+    return True
+
+
 def main(argv: list[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
-    # Lightning 2.6 on torch 2.13 warns about a torch-internal pytree API at every fit; it is not ours to fix.
-    warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\).*")
     try:
         check_group_choices(argv)
     except user_errors() as exc:
         fail(one_line(exc))
+    if show_config(argv):
+        return
     if not any(a in HYDRA_FLAGS or a.startswith(tuple(f + "=" for f in HYDRA_FLAGS)) for a in argv):
         from attnlab.training.storage import RunFolderLock, busy_message, check_can_create
 
@@ -160,17 +221,13 @@ def _planned_run_dir(argv: list[str]) -> str:
 
 def _planned_dir(argv: list[str], mode: str) -> str:
     """``hydra.run.dir`` or ``hydra.sweep.dir`` as Hydra will resolve it (sweep values and flags left out)."""
-    from hydra import compose, initialize_config_module
-    from hydra.core.global_hydra import GlobalHydra
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     plain = [a for a in argv if not a.startswith("-")]
     parsed = OverridesParser.create().parse_overrides(plain)
     single = [a for a, o in zip(plain, parsed) if not o.is_sweep_override()]
-    GlobalHydra.instance().clear()
-    with initialize_config_module(config_module="attnlab.conf", version_base="1.3"):
-        cfg = compose("train", overrides=single, return_hydra_config=True)
-        return str(cfg.hydra.run.dir if mode == "run" else cfg.hydra.sweep.dir)
+    cfg = compose("train", single, with_hydra=True)
+    return str(cfg.hydra.run.dir if mode == "run" else cfg.hydra.sweep.dir)
 
 
 def _failed_records(argv: list[str], since: float) -> dict[str, str]:

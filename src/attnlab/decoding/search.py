@@ -72,6 +72,106 @@ def beam_search(
     kept aside with score log p / lp(length); search stops when every source has ``beam_size`` finished
     hypotheses that no live beam can beat (both penalties only grow with length for alpha >= 0, so a live
     beam's best possible final score is its current log p / lp(max_len)).
+
+    The bookkeeping is batched tensor work (no Python loop over sources or candidates, no device syncs but
+    the stopping test), with the same choices, in the same order, as ``beam_search_reference``: of the 2k
+    best candidates, EOS ones join the finished set (kept best-k, earlier-finished first on ties) and the
+    first k others continue.
+    """
+    lp_fn = length_penalty_fn(length_penalty)
+    batch, device = src.shape[0], src.device
+    memory, memory_padding, _ = model.encode(src)
+    k = beam_size
+    memory = memory.repeat_interleave(k, dim=0)
+    memory_padding = memory_padding.repeat_interleave(k, dim=0)
+    tokens = torch.full((batch * k, 1), bos_id, dtype=torch.long, device=device)
+    scores = torch.zeros(batch, k, device=device)
+    scores[:, 1:] = float("-inf")  # all beams start identical: keep one alive at step 0
+    neg_inf = torch.tensor(float("-inf"), device=device)
+    # Finished hypotheses per source, best first: normalised score, tokens (EOS-padded), length.
+    done_scores = torch.full((batch, k), float("-inf"), device=device)
+    done_tokens = torch.full((batch, k, max_len), eos_id, dtype=torch.long, device=device)
+    done_len = torch.zeros(batch, k, dtype=torch.long, device=device)
+    rows = torch.arange(batch, device=device)
+    cache: dict | None = {} if use_cache else None
+    for step in range(1, max_len + 1):
+        step_in = tokens[:, -1:] if use_cache else tokens
+        logits, _ = model.decode(step_in, memory, memory_padding, cache=cache)
+        logp = logits[:, -1].float().log_softmax(-1)
+        vocab = logp.shape[-1]
+        cand = (scores.view(-1, 1) + logp).view(batch, k * vocab)
+        top_scores, top_idx = cand.topk(2 * k, dim=-1)
+        beam_idx, tok_idx = top_idx // vocab, top_idx % vocab
+        alive = top_scores > float("-inf")
+        is_eos = (tok_idx == eos_id) & alive
+        lp = lp_fn(float(step), alpha)
+        # Hypotheses ending here: the prefix (without BOS) of the beam each EOS candidate extends.
+        prefix = tokens[:, 1:].view(batch, k, step - 1)
+        new_hyp = torch.full((batch, 2 * k, max_len), eos_id, dtype=torch.long, device=device)
+        new_hyp[:, :, : step - 1] = prefix.gather(1, beam_idx.unsqueeze(-1).expand(-1, -1, step - 1))
+        new_done = torch.where(is_eos, top_scores / lp, neg_inf)
+        # Merge with what finished before; a stable sort puts earlier-finished first among equals, as the
+        # reference's append-then-stable-sort does, and its strict ">" drops a new tie at the k-th place.
+        pool_scores = torch.cat([done_scores, new_done], dim=1)
+        order = pool_scores.sort(dim=1, descending=True, stable=True).indices[:, :k]
+        done_scores = pool_scores.gather(1, order)
+        pool_tokens = torch.cat([done_tokens, new_hyp], dim=1)
+        done_tokens = pool_tokens.gather(1, order.unsqueeze(-1).expand(-1, -1, max_len))
+        pool_len = torch.cat([done_len, torch.full((batch, 2 * k), step - 1, dtype=torch.long, device=device)], 1)
+        done_len = pool_len.gather(1, order)
+        # The first k non-EOS candidates continue; rank r goes to slot r, the rest to a scratch slot k.
+        going_on = alive & ~is_eos
+        rank = going_on.long().cumsum(1) - 1
+        slot = torch.where(going_on & (rank < k), rank, torch.full_like(rank, k))
+        new_scores = torch.full((batch, k + 1), float("-inf"), device=device).scatter(1, slot, top_scores)[:, :k]
+        new_src = torch.zeros(batch, k + 1, dtype=torch.long, device=device).scatter(1, slot, beam_idx)[:, :k]
+        new_tok = torch.full((batch, k + 1), eos_id, dtype=torch.long, device=device).scatter(1, slot, tok_idx)[:, :k]
+        # Slots nobody filled keep -inf, source beam 0 and EOS, as in the reference.
+        filled = torch.zeros(batch, k + 1, dtype=torch.bool, device=device).scatter(1, slot, going_on)[:, :k]
+        new_scores = torch.where(filled, new_scores, neg_inf)
+        new_src = torch.where(filled, new_src, torch.zeros_like(new_src))
+        new_tok = torch.where(filled, new_tok, torch.full_like(new_tok, eos_id))
+        flat_src = (new_src + rows.unsqueeze(1) * k).view(-1)
+        tokens = torch.cat([tokens.index_select(0, flat_src), new_tok.view(-1, 1)], dim=1)
+        scores = new_scores
+        if cache is not None:
+            reorder_cache(cache, flat_src)
+        best_possible = scores.max(dim=1).values / lp_fn(float(max_len), alpha)
+        worst_kept = done_scores[:, -1]
+        if bool(((worst_kept > float("-inf")) & (best_possible <= worst_kept)).all()):
+            break
+    # Best finished hypothesis plus its EOS; a source with none takes its best live beam.
+    has_done = done_scores[:, 0] > float("-inf")
+    best_live = scores.argmax(dim=1)
+    live = tokens.view(batch, k, -1)[rows, best_live, 1:]
+    lengths = torch.where(has_done, done_len[:, 0] + 1, torch.full_like(done_len[:, 0], live.shape[1]))
+    width = int(lengths.max())  # <= max_len: finished ones end by step - 1, live ones ran every step
+    live_cut = torch.full((batch, width), eos_id, dtype=torch.long, device=device)
+    live_cut[:, : min(width, live.shape[1])] = live[:, :width]
+    return torch.where(has_done.unsqueeze(1), done_tokens[:, 0, :width], live_cut)
+
+
+@torch.no_grad()
+def beam_search_reference(
+    model,
+    src: torch.Tensor,
+    *,
+    bos_id: int,
+    eos_id: int,
+    max_len: int,
+    beam_size: int = 4,
+    alpha: float = 0.6,
+    use_cache: bool = True,
+    length_penalty: str = "gnmt",
+):
+    """Beam search, one source and one candidate at a time in Python: the reference ``beam_search`` is held
+    equal to (tests/test_decoding.py). Returns the best hypothesis per source, (batch, <= max_len).
+
+    ``length_penalty``: ``gnmt`` (((5+L)/6)^alpha, Wu et al. 2016; T2T / the papers) or ``fairseq``
+    (L^alpha, fairseq's ``--lenpen``); L is the hypothesis length including its EOS. Finished hypotheses are
+    kept aside with score log p / lp(length); search stops when every source has ``beam_size`` finished
+    hypotheses that no live beam can beat (both penalties only grow with length for alpha >= 0, so a live
+    beam's best possible final score is its current log p / lp(max_len)).
     """
     lp_fn = length_penalty_fn(length_penalty)
     batch, device = src.shape[0], src.device

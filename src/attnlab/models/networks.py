@@ -9,6 +9,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from attnlab.attention import number_attention_layers
+from attnlab.attention.seeding import draw_per_layer
 from attnlab.models.blocks import LayerSpec, sinusoid_table
 from attnlab.models.recurrence import build_decoder_stack, build_encoder_stack
 
@@ -115,6 +117,7 @@ class EncoderDecoder(nn.Module):
         self.pad_id = pad_id
         self.encoder = build_encoder_stack(dict(cfg["recurrence"]), spec, cfg["encoder_layers"])
         self.decoder = build_decoder_stack(dict(cfg["recurrence"]), spec, cfg["decoder_layers"], cross=True)
+        number_attention_layers(self)  # per-layer random state (BigBird plans) from (run seed, layer)
         self.max_shift = int(cfg.get("random_position_offset", 0) or 0)
         emb = dict(pad_id=pad_id, max_len=max_len, positions=cfg["positions"], dropout=cfg["dropout"],
                    max_shift=self.max_shift)
@@ -128,6 +131,7 @@ class EncoderDecoder(nn.Module):
         self.output = nn.Linear(cfg["d_model"], tgt_vocab, bias=False)
         if cfg["tie_output"]:
             self.output.weight = self.tgt_embed.tokens.weight
+        draw_per_layer(self)
 
     def encode(self, src: torch.Tensor):
         padding = src.eq(self.pad_id)
@@ -159,12 +163,14 @@ class DecoderLM(nn.Module):
         spec = _spec(cfg, max_len)
         self.pad_id = pad_id
         self.decoder = build_decoder_stack(dict(cfg["recurrence"]), spec, cfg["decoder_layers"], cross=False)
+        number_attention_layers(self)
         self.max_shift = int(cfg.get("random_position_offset", 0) or 0)
         self.embed = Embedding(vocab, cfg["d_model"], pad_id=pad_id, max_len=max_len,
                                positions=cfg["positions"], dropout=cfg["dropout"], max_shift=self.max_shift)
         self.output = nn.Linear(cfg["d_model"], vocab, bias=False)
         if cfg["tie_output"]:
             self.output.weight = self.embed.tokens.weight
+        draw_per_layer(self)
 
     def forward(self, ids: torch.Tensor, *, cache: dict | None = None):
         offset = 0 if cache is None else int(cache.get("length", 0))
@@ -185,6 +191,7 @@ class EncoderClassifier(nn.Module):
         spec = _spec(cfg, max_len)
         self.pad_id = pad_id
         self.encoder = build_encoder_stack(dict(cfg["recurrence"]), spec, cfg["encoder_layers"])
+        number_attention_layers(self)
         self.max_shift = int(cfg.get("random_position_offset", 0) or 0)
         self.embed = Embedding(vocab, cfg["d_model"], pad_id=pad_id, max_len=max_len,
                                positions=cfg["positions"], dropout=cfg["dropout"], max_shift=self.max_shift)
@@ -192,6 +199,7 @@ class EncoderClassifier(nn.Module):
             nn.Linear(cfg["d_model"], cfg["d_model"]), nn.Tanh(), nn.Dropout(cfg["dropout"]),
             nn.Linear(cfg["d_model"], num_classes),
         )
+        draw_per_layer(self)
 
     def forward(self, ids: torch.Tensor):
         padding = ids.eq(self.pad_id)

@@ -22,6 +22,9 @@ Decisions (SEMANTICS 10-16; README "Universal Transformer" explains each option)
   copied to later steps, where it still supplies keys and values. ``transform`` (T2T): every
   position keeps being transformed, only its ACT output stops changing.
 - Padding positions start halted: they take no step and count in neither N nor R.
+- The halting unit and every ACT accumulator (p, halting probability, R, N, update weights and the
+  weighted output) are float32 even under bf16 autocast: bf16's step near 1 (2^-8) is comparable to
+  the 0.01 margin of the threshold.
 - The loop leaves as soon as no position runs, one host sync per step (SEMANTICS 15). Under
   ``torch.compile`` that test is a graph break, not an error. In DDP training the "still running"
   flag is max-reduced across ranks so every rank runs the same number of steps.
@@ -300,28 +303,37 @@ class _ACTStack(_UniversalStack):
         offset: int,
     ) -> tuple[torch.Tensor, torch.Tensor, ACTState]:
         """Returns (ACT output, recurrent state after the last step, ACT accumulators)."""
-        zeros = x.new_zeros(x.shape[:2])
+        # Bookkeeping in float32 whatever the compute dtype: bf16's spacing near 1 (2^-8) is comparable to
+        # the 1 - eps threshold's margin (eps = 0.01), so rounded p or sums would change who halts when.
+        zeros = x.new_zeros(x.shape[:2], dtype=torch.float32)
         act = ACTState(zeros, zeros, zeros, ~real)
         positions = self.coordinates.positions(x.shape[1], offset, x)
         state = x  # s^{t-1}: what the layer transforms at step t
-        output = torch.zeros_like(x)  # T2T starts its weighted state at zeros
+        output = torch.zeros_like(x, dtype=torch.float32)  # T2T starts its weighted state at zeros
         for t in range(1, self.num_steps + 1):
             # Step 1 always runs so every parameter joins the graph, even for an all-padding batch.
             if t > 1 and not self._any_running(act.halted):
                 break
             state_in = state + positions + self.coordinates.timestep(t)
-            p = torch.sigmoid(self.halting_unit(state_in)).squeeze(-1)
+            p = self._halting_probability(state_in)
             act, update_weights, running = act_halting_step(
                 p, act, self.threshold, force_halt=t == self.num_steps
             )
             transformed = step(t, state_in)
             w = update_weights.unsqueeze(-1)
-            output = transformed * w + output * (1.0 - w)
+            output = transformed.float() * w + output * (1.0 - w)
             if self.copy_halted:
                 state = torch.where(running.unsqueeze(-1), transformed, state)
             else:
                 state = transformed
-        return output, state, act
+        return output.to(x.dtype), state, act
+
+    def _halting_probability(self, state_in: torch.Tensor) -> torch.Tensor:
+        """p = sigmoid(W s + b) per position, in float32 even under autocast or bf16 weights."""
+        with torch.autocast(device_type=state_in.device.type, enabled=False):
+            unit = self.halting_unit
+            bias = None if unit.bias is None else unit.bias.float()
+            return torch.sigmoid(F.linear(state_in.float(), unit.weight.float(), bias)).squeeze(-1)
 
     def _aux(self, act: ACTState, real: torch.Tensor, stack: str) -> dict[str, torch.Tensor]:
         # Stack-prefixed step statistics: the network sums "log/*" of encoder and decoder, which

@@ -3,6 +3,8 @@
 Knows nothing of torch models: imports neither torch, Lightning, Hydra nor wandb.
 """
 
+from attnlab.results.build import build_table
+from attnlab.results.errors import SpecError, TableError
 from attnlab.results.paper import PaperTables, load_paper_tables
 from attnlab.results.record import (
     SCHEMA_VERSION,
@@ -14,7 +16,7 @@ from attnlab.results.record import (
     validate_record,
     write_record,
 )
-from attnlab.results.table import SpecError, TableError, build_table, list_specs, load_spec
+from attnlab.results.spec import list_specs, load_spec
 
 __all__ = [
     "SCHEMA_VERSION",

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
+from attnlab.results.safe_yaml import UnsafeYamlError, load_yaml
 
 ENV_VAR = "ATTNLAB_PAPER_TABLES"
 FILENAME = "paper_tables.yaml"
@@ -32,11 +32,14 @@ def repo_root() -> Path | None:
 
 
 def default_experiments_dir() -> Path:
-    """The repo's ``experiments/`` folder: beside the package's checkout, else under the working dir."""
+    """The repo's ``experiments/`` folder: beside the package's checkout, else under the working dir, else
+    the copy a wheel ships as package data (``attnlab/experiments``)."""
     root = repo_root()
     if root is not None and (root / "experiments").is_dir():
         return root / "experiments"
-    return Path.cwd() / "experiments"
+    here = Path.cwd() / "experiments"
+    packaged = Path(__file__).resolve().parents[1] / "experiments"
+    return packaged if not here.is_dir() and packaged.is_dir() else here
 
 
 def locate_paper_tables(experiments_dir: str | os.PathLike | None = None) -> Path | None:
@@ -139,8 +142,8 @@ def load_paper_tables(path: str | os.PathLike | None = None, experiments_dir=Non
     if resolved is None or not resolved.is_file():
         return PaperTables(path=None, data={})
     try:
-        data = yaml.safe_load(resolved.read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError) as exc:
+        data = load_yaml(resolved.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, UnsafeYamlError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise PaperTablesError(f"{resolved}: cannot load ({first})") from exc
     if not isinstance(data, dict):

@@ -26,11 +26,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from attnlab.results.record import RECORD_FILENAME, find_records, load_json, validate_record
-from attnlab.results.table import write_files_atomically
+from attnlab.results.record import RECORD_FILENAME, find_records, load_json, validate_record, write_files_atomically
 
 # Files and folders of a run folder that travel with its record (everything else stays behind).
-PUBLISHED_FILES = (".hydra/config.yaml", ".hydra/overrides.yaml")
+# config_before_scale.yaml: Hydra's composition before the scale blocks, what a table compares across runs
+# (attnlab.results.configs); runs from before it existed hold that form as config.yaml.
+PUBLISHED_FILES = (".hydra/config.yaml", ".hydra/config_before_scale.yaml", ".hydra/overrides.yaml")
 PUBLISHED_DIRS = ("ponder", "attention")
 # An artifact folder bigger than this is refused: results/ is for kilobytes, not checkpoints.
 MAX_ARTIFACT_BYTES = 2_000_000

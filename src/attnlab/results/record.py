@@ -338,6 +338,27 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> None:
         raise
 
 
+def write_files_atomically(files: Mapping[Path, bytes]) -> list[Path]:
+    """Write every file to a temp name beside it, then rename all; on any error remove the temps."""
+    temps: list[tuple[str, Path]] = []
+    mode = file_mode()
+    try:
+        for path, content in files.items():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+            temps.append((tmp, path))
+            os.chmod(tmp, mode)
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(content)
+        for tmp, path in temps:
+            os.replace(tmp, path)
+    except BaseException:
+        for tmp, _ in temps:
+            Path(tmp).unlink(missing_ok=True)
+        raise
+    return [p for _, p in temps]
+
+
 def dumps_record(record: RunRecord | Mapping[str, Any]) -> str:
     data = record.to_dict() if isinstance(record, RunRecord) else sanitize_record(record)
     return json.dumps(data, indent=2, sort_keys=True, allow_nan=False, ensure_ascii=False) + "\n"
@@ -377,6 +398,8 @@ def load_json(path: str | os.PathLike) -> Any:
         raise RecordError(
             f"{path}: not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})"
         ) from exc
+    except RecursionError as exc:  # a run record is a few levels deep; thousands of brackets are damage
+        raise RecordError(f"{path}: nested too deeply to be a run record") from exc
 
 
 def read_record(path: str | os.PathLike) -> dict[str, Any]:
@@ -430,6 +453,7 @@ DEFAULT_HASH_EXCLUDE: tuple[str, ...] = (
     "enable_model_summary",
     "log_every_n_steps",  # logging cadence
     "num_workers",  # dataloader processes; batches are the same
+    "torch_threads",  # intra-op threads: how fast, not what is computed
     "print_config",
 )
 

@@ -105,7 +105,7 @@ def load_babi(cfg: dict[str, Any], seed: int) -> TaskData:
                           cache_dir=cfg.get("tokenizer_cache"))
     datasets, lengths = {}, []
     for split, items in splits.items():
-        ids = encode_all(tok, [x for x, _, _ in items])
+        ids = encode_all(tok, [x for x, _, _ in items], cache_dir=cfg.get("tokenizer_cache"))
         lengths.extend(len(i) for i in ids)
         datasets[split] = IndexedDataset([(i, label[a]) for i, (_, a, _) in zip(ids, items)])
     name = "joint" if len(tasks) > 1 else f"qa{tasks[0]}"

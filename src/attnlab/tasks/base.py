@@ -45,17 +45,26 @@ class TaskData:
     # through the tokenizer (no <unk> in references).
     score_text: Callable[[list[Any], list[Any]], dict[str, float]] | None = None
     references: dict[str, list[Any]] = field(default_factory=dict)
+    # The raw source text of each evaluation example (text tasks), written beside the decoded outputs; where
+    # absent, the outputs file shows the detokenized source ids.
+    sources: dict[str, list[str]] = field(default_factory=dict)
 
 
 _FAMILIES: dict[str, Callable[[dict[str, Any], int], TaskData]] = {}
 
 
-def register_task_family(loader: str):
-    """Register a function ``(task_cfg: dict, seed: int) -> TaskData`` under ``task.loader``."""
+def register_task_family(loader: str, *, schema: type | None = None):
+    """Register a function ``(task_cfg: dict, seed: int) -> TaskData`` under ``task.loader``; a loader
+    outside attnlab passes ``schema``, the dataclass of its task config (a subclass of
+    ``tasks.schemas.CommonTask``), which the config check and the loader's defaults then use."""
 
     def wrap(fn):
         if loader in _FAMILIES:
             raise ValueError(f"task loader {loader!r} registered twice")
+        if schema is not None:
+            from attnlab.tasks.schemas import register_schema
+
+            register_schema(loader, schema)
         _FAMILIES[loader] = fn
         return fn
 

@@ -9,7 +9,8 @@ from torch.utils.data import Dataset
 
 
 class PairDataset(Dataset):
-    """(source ids, target ids) pairs for sequence-to-sequence tasks."""
+    """(source ids, target ids) pairs for sequence-to-sequence tasks; items are (source, target, index) so
+    decoded outputs can be put back in split order (``IndexedSeq2SeqCollate``)."""
 
     def __init__(self, pairs: Sequence[tuple[list[int], list[int]]]) -> None:
         self.pairs = list(pairs)
@@ -18,7 +19,7 @@ class PairDataset(Dataset):
         return len(self.pairs)
 
     def __getitem__(self, i: int):
-        return self.pairs[i]
+        return (*self.pairs[i], i)
 
 
 class LabelledDataset(Dataset):

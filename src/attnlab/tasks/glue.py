@@ -97,7 +97,7 @@ def _local_rows(cfg: dict[str, Any], split: str) -> list[tuple[list[Any], Any, s
         if len(rows) != len(labels):
             raise DataError(f"{data} has {len(rows)} examples but {gold} has {len(labels)} labels")
         return [([r[0], r[3], r[4]], lab, f"{gold}:{i}") for i, (r, lab) in enumerate(zip(rows, labels), 1)]
-    path = find_file(root, rel)
+    path = find_file(root, rel, hub_override="task.source=hub" if cfg.get("hub_id") else None)
     if fmt == "jsonl":
         out = []
         for line, r in read_jsonl_numbered(path):
@@ -159,7 +159,7 @@ def _release_rows(cfg: dict[str, Any], split: str, flatten) -> list[tuple[dict, 
     if cfg["format"] != "jsonl":
         raise DataError(f"task.format={cfg['format']!r}: {cfg['name']} reads the SuperGLUE release JSON Lines "
                         f"(format: jsonl)")
-    path = find_file(resolve_data_root(cfg["data_root"]), cfg["files"][split])
+    path = find_file(resolve_data_root(cfg["data_root"]), cfg["files"][split], hub_override="task.source=hub")
     return [(row, f"{path}:{line}") for line, record in read_jsonl_numbered(path)
             for row in flatten(record, f"{path}:{line}")]
 
@@ -464,7 +464,7 @@ def _classifier_task(cfg: dict[str, Any], examples: dict[str, list[tuple[str, An
     limit = int(cfg["max_seq_len"])
     datasets, lengths, cut = {}, [], {}
     for split, items in examples.items():
-        ids = encode_all(tok, [x for x, _ in items])
+        ids = encode_all(tok, [x for x, _ in items], cache_dir=cfg.get("tokenizer_cache"))
         cut[split] = sum(len(i) > limit for i in ids)
         ids = [i[:limit] or [3] for i in ids]  # an empty text becomes one <unk>, never a zero-length row
         lengths.extend(len(i) for i in ids)

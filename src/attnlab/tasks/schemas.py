@@ -271,6 +271,16 @@ _SCHEMAS = {"algorithmic": AlgorithmicTask, "listops": ListOpsTask, "text_lm": T
             "text_to_text": TextToTextTask}
 
 
+def register_schema(loader: str, schema: type) -> None:
+    import dataclasses
+
+    if not (dataclasses.is_dataclass(schema) and issubclass(schema, CommonTask)):
+        raise TypeError(f"the schema of task loader {loader!r} must be a dataclass subclassing CommonTask")
+    if loader in _SCHEMAS and _SCHEMAS[loader] is not schema:
+        raise ValueError(f"task loader {loader!r} has a schema already")
+    _SCHEMAS[loader] = schema
+
+
 def task_schema(loader: str) -> type:
     if loader not in _SCHEMAS:
         raise DataError(f"task.loader={loader!r}; valid: {', '.join(sorted(_SCHEMAS))}")

@@ -1,7 +1,9 @@
 """Where task data comes from: local files under a data root, or the Hugging Face hub by id.
 
-Our machines (and many clusters) have no internet: hub loading is attempted only when asked for, fails
-within seconds offline, and its error names the local alternative.
+Hub data goes through ``datasets.load_dataset`` with the Hugging Face ecosystem's own semantics: it honours
+``HF_ENDPOINT`` mirrors, proxies and the cache (``HF_HOME`` / ``HF_DATASETS_CACHE``); with
+``HF_DATASETS_OFFLINE=1`` a dataset downloaded earlier (say on a cluster's login node) loads from the cache,
+and one that is not cached fails at once with one line naming the local alternative.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ import gzip
 import json
 import os
 import re
-import socket
+import sys
 import zlib
 from pathlib import Path
 
@@ -22,14 +24,19 @@ def resolve_data_root(root: str | os.PathLike) -> Path:
     return path if path.is_absolute() else Path.cwd() / path
 
 
-def find_file(root: Path, relative: str) -> Path:
-    """``relative`` or its ``.gz`` twin under ``root``; a clear error when neither exists."""
+def find_file(root: Path, relative: str, *, hub_override: str | None = None) -> Path:
+    """``relative`` or its ``.gz`` twin under ``root``; a clear error when neither exists.
+
+    ``hub_override``: the override that loads the same data from the hub for this task family (MT names
+    it per split: ``task.train.source=hub``), or None where the family has no hub source.
+    """
     for candidate in (root / relative, root / f"{relative}.gz"):
         if candidate.is_file():
             return candidate
+    hub = f", or load it from the Hugging Face hub with {hub_override}" if hub_override else ""
     raise DataError(
         f"data file {relative}[.gz] not found under {root}; set paths.data_root (or ATTNLAB_DATA_ROOT) "
-        f"to the folder that holds it, or use task.source=hub with network access"
+        f"to the folder that holds it{hub}"
     )
 
 
@@ -120,23 +127,72 @@ def read_tsv(path: Path, *, header: bool, min_columns: int = 1) -> tuple[list[st
     return head, rows
 
 
-def hub_reachable(timeout: float = 3.0) -> bool:
-    """True when huggingface.co answers; respects the offline switches users already set."""
-    if os.environ.get("HF_DATASETS_OFFLINE") == "1" or os.environ.get("HF_HUB_OFFLINE") == "1":
-        return False
-    try:
-        socket.create_connection(("huggingface.co", 443), timeout=timeout).close()
+class HubUnavailable(DataError):
+    """A hub dataset that is neither in the local Hugging Face cache nor reachable."""
+
+
+def hub_error(name: str, exc: BaseException, local_hint: str, *, streamed: bool = False) -> HubUnavailable:
+    """The one-line error for a hub dataset that could not be loaded (offline and not cached, unreachable
+    endpoint, unknown id), naming what to do about it."""
+    why = "offline" if hf_offline() else (str(exc).strip().splitlines() or [exc.__class__.__name__])[0][:200]
+    where = ("streamed, so it needs network access" if streamed else
+             "not in the local Hugging Face cache (HF_HOME / HF_DATASETS_CACHE; load it once with network "
+             "access and offline runs, HF_DATASETS_OFFLINE=1, read it from there)")
+    return HubUnavailable(f"hub dataset {name} is unreachable ({why}) and {where}; {local_hint}")
+
+
+# What ``datasets`` raises when the hub cannot serve a dataset: ConnectionError (offline mode, network),
+# FileNotFoundError / DatasetNotFoundError (unknown id, or a cache that lacks it), and the HTTP errors of
+# huggingface_hub (gated, 5xx) which are OSError subclasses.
+HUB_ERRORS = (ConnectionError, FileNotFoundError, OSError)
+
+
+def hf_offline() -> bool:
+    return any(os.environ.get(k, "").lower() in ("1", "true", "yes", "on")
+               for k in ("HF_DATASETS_OFFLINE", "HF_HUB_OFFLINE"))
+
+
+def _cache_folders() -> list[Path]:
+    """The Arrow cache of ``datasets`` and the hub's file cache, resolved as the two libraries do."""
+    if "datasets" in sys.modules:  # already imported: ask it (its config may differ from the environment)
+        import datasets
+        import huggingface_hub
+
+        return [Path(datasets.config.HF_DATASETS_CACHE), Path(huggingface_hub.constants.HF_HUB_CACHE)]
+    home = Path(os.environ.get("HF_HOME") or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+                / "huggingface").expanduser()
+    hub = os.environ.get("HF_HUB_CACHE") or os.environ.get("HUGGINGFACE_HUB_CACHE") or home / "hub"
+    return [Path(os.environ.get("HF_DATASETS_CACHE") or home / "datasets").expanduser(), Path(hub).expanduser()]
+
+
+def maybe_cached(hub_id: str) -> bool:
+    """False only when no cache folder can hold ``hub_id`` (checked without importing ``datasets``, whose
+    import takes seconds); True means ``load_dataset`` decides."""
+    namespace, _, name = hub_id.rpartition("/")
+    arrow, hub = _cache_folders()
+    if (hub / f"datasets--{hub_id.replace('/', '--')}").exists():
         return True
-    except OSError:
+    if not arrow.is_dir():
         return False
+    # datasets names the folder <namespace>___<snake_case name>; any folder of the namespace may be it
+    prefix = f"{namespace}___" if namespace else ""
+    return any(p.name.startswith(prefix) if namespace else p.name.replace("_", "") == name.lower().replace("_", "")
+               for p in arrow.iterdir())
 
 
 def load_hub_dataset(hub_id: str, config: str | None, *, local_hint: str):
-    """``datasets.load_dataset(hub_id, config)``, failing fast and clearly when the hub is unreachable."""
-    if not hub_reachable():
-        raise DataError(
-            f"hub dataset {hub_id}{'/' + config if config else ''} is unreachable (offline); {local_hint}"
-        )
+    """``datasets.load_dataset(hub_id, config)``: from the local cache when offline or already downloaded;
+    a ``HubUnavailable`` one-liner when it can be neither read from the cache nor downloaded."""
+    name = f"{hub_id}{'/' + config if config else ''}"
+    if hf_offline() and not maybe_cached(hub_id):
+        raise hub_error(name, ConnectionError("offline"), local_hint)
     import datasets
 
-    return datasets.load_dataset(hub_id, config)
+    try:
+        return datasets.load_dataset(hub_id, config)
+    except HUB_ERRORS as exc:
+        raise hub_error(name, exc, local_hint) from None
+    except ValueError as exc:  # datasets' own "couldn't find cache for <config>" and friends
+        if "cache" not in str(exc).lower():
+            raise
+        raise hub_error(name, exc, local_hint) from None

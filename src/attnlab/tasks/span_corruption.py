@@ -46,7 +46,7 @@ from torch.utils.data import Dataset
 
 from attnlab.tasks.base import DataError, TaskData, register_task_family
 from attnlab.tasks.batching import IndexedSeq2SeqCollate
-from attnlab.tasks.sources import find_file, hub_reachable, read_lines, resolve_data_root
+from attnlab.tasks.sources import HUB_ERRORS, find_file, hf_offline, hub_error, read_lines, resolve_data_root
 from attnlab.tasks.tokenization import Detokenizer, build_tokenizer, default_cache_dir
 from attnlab.tasks.vocab import Vocab
 
@@ -156,32 +156,38 @@ class SpanCorruptionDataset(Dataset):
 
 # -- corpora ------------------------------------------------------------------------------------------------
 def read_documents(spec: dict[str, Any], split: str, data_root: str | os.PathLike, *, limit: int | None,
-                   skip: int = 0, local_hint: str) -> list[str]:
-    """The non-empty documents of one split: lines of a local file, or texts streamed from the hub."""
+                   skip: int = 0, local_hint: str, key: str = "task") -> list[str]:
+    """The non-empty documents of one split: lines of a local file, or texts streamed from the hub.
+
+    ``key``: where ``spec`` sits in the config (``task``, or ``task.vocabulary.corpus``), for messages."""
     source = spec.get("source", "local")
     if source == "local":
         files = spec.get("files") or {}
         if split not in files:
-            raise DataError(f"no local file for split {split!r}; set task.files.{split} (or the vocabulary's "
-                            f"corpus.files.{split})")
-        lines = [x.strip() for x in read_lines(find_file(resolve_data_root(data_root), files[split]))]
+            raise DataError(f"no local file for split {split!r}; set {key}.files.{split}")
+        path = find_file(resolve_data_root(data_root), files[split], hub_override=f"{key}.source=hub")
+        lines = [x.strip() for x in read_lines(path)]
         docs = [x for x in lines if x][skip:]
         return docs[:limit] if limit else docs
     if source != "hub":
         raise DataError(f"source={source!r}; valid: local, hub")
     hub_id, config = spec.get("hub_id"), spec.get("hub_config")
     name = f"{hub_id}{'/' + config if config else ''}"
-    if not hub_reachable():
-        raise DataError(f"hub dataset {name} is unreachable (offline); {local_hint}")
     if not limit:
         raise DataError(f"the streamed hub corpus {name} needs a document count: set max_train_documents / "
                         f"max_eval_documents (the vocabulary: corpus.max_documents)")
+    # Streamed (C4 is too big to download whole), so there is no local cache to fall back on offline.
+    if hf_offline():
+        raise hub_error(name, ConnectionError("offline"), local_hint, streamed=True)
     import datasets
 
     hub_split = (spec.get("hub_splits") or {}).get(split, split)
     field = spec.get("hub_text_field", "text")
-    stream = datasets.load_dataset(hub_id, config, split=hub_split, streaming=True)
-    docs = [str(row[field]).strip() for row in itertools.islice(stream, skip, skip + int(limit))]
+    try:
+        stream = datasets.load_dataset(hub_id, config, split=hub_split, streaming=True)
+        docs = [str(row[field]).strip() for row in itertools.islice(stream, skip, skip + int(limit))]
+    except HUB_ERRORS as exc:
+        raise hub_error(name, exc, local_hint, streamed=True) from None
     return [d for d in docs if d]
 
 
@@ -245,7 +251,7 @@ def vocabulary_key(cfg: dict[str, Any], data_root: str | os.PathLike, extra_text
         train = (corpus.get("files") or {}).get("train")
         if not train:
             raise DataError("task.vocabulary.corpus.files.train is not set: the file the vocabulary is learned on")
-        path = find_file(resolve_data_root(data_root), train)
+        path = find_file(resolve_data_root(data_root), train, hub_override="task.vocabulary.corpus.source=hub")
         identity["sha256"] = hashlib.sha256(path.read_bytes()).hexdigest()
     text = json.dumps(identity, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:24]
@@ -275,7 +281,8 @@ def shared_vocabulary(cfg: dict[str, Any], *, data_root: str | os.PathLike,
         corpus = cfg.get("corpus") or {}
         hint = ("the vocabulary's corpus is hub-only: at scale=cpu the T5-style tasks learn it on local WikiText-2 "
                 "(task.vocabulary.corpus.source=local), or run once with network access to fill the cache")
-        docs = read_documents(corpus, "train", data_root, limit=corpus.get("max_documents"), local_hint=hint)
+        docs = read_documents(corpus, "train", data_root, limit=corpus.get("max_documents"), local_hint=hint,
+                              key="task.vocabulary.corpus")
         tok = build_tokenizer(cfg.get("kind", "bpe"), [*docs, extra_text], vocab_size=int(cfg["vocab_size"]),
                               lowercase=bool(cfg.get("lowercase", False)),
                               min_frequency=int(cfg.get("min_frequency", 2)), cache_dir=cache_dir)

@@ -52,7 +52,7 @@ def _rows(cfg: dict[str, Any], split: str) -> list[dict]:
         return list(ds[name])
     if cfg["source"] != "local":
         raise DataError(f"task.source={cfg['source']!r}; valid: local, hub")
-    path = find_file(resolve_data_root(cfg["data_root"]), cfg["files"][split])
+    path = find_file(resolve_data_root(cfg["data_root"]), cfg["files"][split], hub_override="task.source=hub")
     rows = read_jsonl(path)
     for number, row in enumerate(rows, 1):
         for key in (cfg["source_field"], cfg["target_field"]):

@@ -142,7 +142,7 @@ def load_sva(cfg: dict[str, Any], seed: int) -> TaskData:
                           min_frequency=int(t.get("min_frequency", 1)), cache_dir=cfg.get("tokenizer_cache"))
     datasets, lengths = {}, []
     for split, rows in splits.items():
-        ids = [i or [3] for i in encode_all(tok, texts[split])]
+        ids = [i or [3] for i in encode_all(tok, texts[split], cache_dir=cfg.get("tokenizer_cache"))]
         lengths.extend(len(i) for i in ids)
         datasets[split] = IndexedDataset([(i, e.label) for i, e in zip(ids, rows)])
     k = int(cfg["max_attractors"])

@@ -67,7 +67,8 @@ def _split_lines(cfg: dict[str, Any]) -> dict[str, list[str]]:
     if cfg["source"] != "local":
         raise DataError(f"task.source={cfg['source']!r}; valid: local, hub")
     root = resolve_data_root(cfg["data_root"])
-    return {split: read_lines(find_file(root, rel)) for split, rel in cfg["files"].items()}
+    return {split: read_lines(find_file(root, rel, hub_override="task.source=hub"))
+            for split, rel in cfg["files"].items()}
 
 
 def train_word_tokenizer(lines: list[str]) -> Tokenizer:

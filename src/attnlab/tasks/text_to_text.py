@@ -54,7 +54,7 @@ from torchmetrics.functional.classification import multiclass_f1_score, multicla
 from attnlab.metrics.classification import METRICS, classification_scores
 from attnlab.tasks.base import DataError, TaskData, register_task_family
 from attnlab.tasks.batching import IndexedDataset
-from attnlab.tasks.sources import hub_reachable
+from attnlab.tasks.sources import HubUnavailable
 from attnlab.tasks.span_corruption import shared_vocabulary
 from attnlab.tasks.tokenization import UNK_ESCAPE, Detokenizer, encode_all
 
@@ -350,13 +350,17 @@ def load_text_to_text(cfg: dict[str, Any], seed: int) -> TaskData:
     skipped: list[str] = []
     for key, raw in selected.items():
         member_cfg, fmt = _member_config(key, raw)
-        if member_cfg["source"] == "hub" and cfg.get("skip_unavailable", True) and not hub_reachable():
+        try:
+            splits = labelled_splits(member_cfg)
+        except HubUnavailable:  # neither in the local Hugging Face cache nor downloadable
+            if member_cfg["source"] != "hub" or not cfg.get("skip_unavailable", True):
+                raise
             where = f"{member_cfg['hub_id']}/{member_cfg.get('hub_config')}"
-            log.warning("%s: skipping %s: its data is hub-only (%s) and the hub is unreachable", cfg["name"],
-                        member_cfg["name"], where)
+            log.warning("%s: skipping %s: its data is hub-only (%s), not in the local Hugging Face cache, "
+                        "and the hub is unreachable", cfg["name"], member_cfg["name"], where)
             skipped.append(f"{member_cfg['name']} (hub-only: {where})")
             continue
-        members.append(_Member(key, member_cfg, fmt, labelled_splits(member_cfg)))
+        members.append(_Member(key, member_cfg, fmt, splits))
     if not members:
         raise DataError(f"{cfg['name']}: no member has data here (skipped: {'; '.join(skipped)}); use local members "
                         f"(task.tasks=...) or run with network access")
@@ -377,8 +381,8 @@ def load_text_to_text(cfg: dict[str, Any], seed: int) -> TaskData:
                 raise DataError(f"{where}: {len(values)} text fields, the T5 format of {member.cfg['name']} needs "
                                 f"{len(member.fmt.fields)} ({', '.join(member.fmt.fields)})")
             texts.append((member.fmt.inputs(values), member.fmt.target(label)))
-        src = encode_all(tok, [x for x, _ in texts])
-        tgt = encode_all(tok, [y for _, y in texts])
+        src = encode_all(tok, [x for x, _ in texts], cache_dir=cfg.get("tokenizer_cache"))
+        tgt = encode_all(tok, [y for _, y in texts], cache_dir=cfg.get("tokenizer_cache"))
         cut[what] += sum(len(s) > limit for s in src)
         longest = max((len(t) for t in tgt), default=0)
         if longest >= int(cfg["target_length"]):
@@ -392,7 +396,7 @@ def load_text_to_text(cfg: dict[str, Any], seed: int) -> TaskData:
         train[member.key] = [(s, t) for s, t, _ in encode(member, train_rows[:cap] if cap else train_rows, "train")]
         num_classes = 1 if member.fmt.labels is None else len(member.fmt.labels)
         label_texts = None if member.fmt.labels is None else tuple(
-            detok(ids) for ids in encode_all(tok, list(member.fmt.labels)))
+            detok(ids) for ids in encode_all(tok, list(member.fmt.labels), cache=False))
         unspellable = label_texts is not None and any(UNK_ESCAPE in x for x in label_texts)
         if label_texts is not None and (len(set(label_texts)) < num_classes or unspellable):
             raise DataError(f"{member.cfg['name']}: the vocabulary spells the label words {member.fmt.labels} as "

@@ -4,7 +4,8 @@ Every tokenizer puts the shared specials first (``<pad>=0, <s>=1, </s>=2, <unk>=
 WordPiece use a Metaspace pre-tokenizer and decoder (SentencePiece style), so decoding gives back the
 original spacing: hypotheses are scored by sacreBLEU / ROUGE as detokenized text. The cache key is a hash
 of the training text and every setting, so a changed corpus or vocabulary size retrains and an unchanged one
-loads in milliseconds.
+loads in milliseconds. Encoded splits are cached beside the tokenizers (``encode_all``), keyed by the
+tokenizer and the text, so a second run of a task does not tokenize its data again.
 """
 
 from __future__ import annotations
@@ -13,18 +14,19 @@ import hashlib
 import json
 import logging
 import os
+import time
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
 from attnlab.tasks.base import DataError
 from attnlab.tasks.vocab import SPECIALS
 
-log = logging.getLogger("attnlab")
-
+log = logging.getLogger(__name__)
 KINDS = ("bpe", "wordpiece", "word", "char")
 # fairseq's choice (tasks/translation.py): an <unk> in a hypothesis becomes a string no reference contains,
 # so it can never earn an n-gram match (SEMANTICS 28).
@@ -74,10 +76,7 @@ def _train(kind: str, texts: Sequence[str], vocab_size: int, lowercase: bool, mi
     # Metaspace for BPE keeps spaces recoverable; WordPiece splits punctuation too (BERT style).
     tok.pre_tokenizer = (pre_tokenizers.Metaspace() if kind == "bpe"
                          else pre_tokenizers.Sequence([pre_tokenizers.WhitespaceSplit(), pre_tokenizers.Punctuation()]))
-    log.info("training a %s tokenizer (vocabulary %d) on %d texts, %.1f M characters", kind, vocab_size, len(texts),
-             sum(map(len, texts)) / 1e6)
     tok.train_from_iterator(texts, trainer=trainer)
-    log.info("tokenizer trained: %d entries", tok.get_vocab_size())
     return tok
 
 
@@ -101,10 +100,16 @@ def build_tokenizer(kind: str, texts: Sequence[str], *, vocab_size: int, lowerca
     path = folder / f"{kind}-{cache_key(kind, texts, settings)}.json"
     if path.is_file():
         try:
-            return Tokenizer.from_file(str(path))
+            tok = Tokenizer.from_file(str(path))
+            log.info("tokenizer: %s loaded from the cache %s", kind, path)
+            return tok
         except Exception:  # noqa: BLE001 - a corrupt cache entry is retrained, never trusted
             pass
+    log.info("training a %s tokenizer (vocabulary %d) on %d lines ...", kind, vocab_size, len(texts))
+    started = time.monotonic()
     tok = _train(kind, texts, vocab_size, lowercase, min_frequency)
+    log.info("tokenizer trained in %.1f s: %d tokens, cached as %s", time.monotonic() - started,
+             tok.get_vocab_size(), path)
     for i, special in enumerate(SPECIALS):
         if tok.token_to_id(special) != i:
             raise DataError(f"tokenizer put {special} at id {tok.token_to_id(special)}, expected {i}")
@@ -146,5 +151,50 @@ class Detokenizer:
         self.__init__(Tokenizer.from_str(state["json"]), joiner=state["joiner"])
 
 
-def encode_all(tok: Tokenizer, texts: Sequence[str]) -> list[list[int]]:
+ENCODED_VERSION = 1
+
+
+def encoded_key(tok: Tokenizer, texts: Sequence[str]) -> str:
+    """A hash of the tokenizer (vocabulary, merges, normalizer: its whole JSON) and of every text."""
+    h = hashlib.sha256(f"encoded-v{ENCODED_VERSION}\n".encode())
+    h.update(hashlib.sha256(tok.to_str().encode()).digest())
+    for line in texts:
+        h.update(line.encode("utf-8", "surrogatepass"))
+        h.update(b"\n")
+    return h.hexdigest()[:24]
+
+
+def _encode(tok: Tokenizer, texts: Sequence[str]) -> list[list[int]]:
     return [enc.ids for enc in tok.encode_batch(list(texts), add_special_tokens=False)]
+
+
+def encode_all(tok: Tokenizer, texts: Sequence[str], *, cache_dir: str | os.PathLike | None = None,
+               cache: bool = True) -> list[list[int]]:
+    """The ids of every text (no specials), cached on disk under ``<tokenizer cache>/encoded/`` by a key of
+    the tokenizer and the texts: a second run of the same task loads its data instead of re-tokenizing, and
+    a changed text, vocabulary or normalization misses the cache."""
+    texts = list(texts)
+    if not cache or not texts:
+        return _encode(tok, texts)
+    folder = (Path(cache_dir).expanduser() if cache_dir else default_cache_dir()) / "encoded"
+    path = folder / f"{encoded_key(tok, texts)}.npz"
+    if path.is_file():
+        try:
+            with np.load(path) as stored:
+                flat, offsets = stored["ids"].tolist(), stored["offsets"].tolist()
+            if len(offsets) == len(texts) + 1:
+                return [flat[a:b] for a, b in zip(offsets[:-1], offsets[1:])]
+        except Exception:  # noqa: BLE001 - a corrupt cache entry is re-encoded, never trusted
+            pass
+    ids = _encode(tok, texts)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        offsets = np.cumsum([0] + [len(x) for x in ids], dtype=np.int64)
+        flat = np.fromiter((i for x in ids for i in x), dtype=np.int32, count=int(offsets[-1]))
+        tmp = folder / f".{path.name}.tmp{os.getpid()}"
+        with tmp.open("wb") as f:
+            np.savez(f, ids=flat, offsets=offsets)
+        os.replace(tmp, path)  # atomic: concurrent runs never read half a file
+    except OSError:
+        pass  # a read-only cache only costs encoding again next time
+    return ids

@@ -67,7 +67,9 @@ def hub_rows_to_pairs(rows, schema: str, src_lang: str, tgt_lang: str) -> list[t
 
 def _local_pairs(spec: dict[str, Any], root, name: str) -> list[tuple[str, str]]:
     fmt = spec.get("format", "lines")
-    paths = [find_file(root, spec[side]) for side in ("src", "tgt")]
+    # MT sets the source per split: task.<split>.source (there is no task.source)
+    paths = [find_file(root, spec[side], hub_override=f"task.{name}.source=hub with task.{name}.hub_id=<id>")
+             for side in ("src", "tgt")]
     if fmt == "lines":
         src, tgt = (read_lines(p) for p in paths)
     elif fmt == "sgm":
@@ -178,8 +180,8 @@ def text_seq2seq_task(cfg: dict[str, Any], split_pairs: dict[str, list[tuple[str
     limits = (int(cfg.get("max_src_len") or 0), int(cfg.get("max_tgt_len") or 0))
     datasets, truncation = {}, []
     for split, pairs in split_pairs.items():
-        src_ids = encode_all(src_tok, [s for s, _ in pairs])
-        tgt_ids = encode_all(tgt_tok, [y for _, y in pairs])
+        src_ids = encode_all(src_tok, [s for s, _ in pairs], cache_dir=cfg.get("tokenizer_cache"))
+        tgt_ids = encode_all(tgt_tok, [y for _, y in pairs], cache_dir=cfg.get("tokenizer_cache"))
         cut = 0
         if split == "train" or truncate_eval_src:
             rows = []
@@ -244,6 +246,7 @@ def text_seq2seq_task(cfg: dict[str, Any], split_pairs: dict[str, list[tuple[str
         + (f"; STAND-IN: {cfg['stand_in']}" if cfg.get("stand_in") else ""),
         score_text=scorer,
         references=references,
+        sources={split: [s for s, _ in pairs] for split, pairs in split_pairs.items() if split != "train"},
     )
 
 

@@ -44,12 +44,12 @@ def symbol_seq2seq_task(vocab: Vocab, datasets: dict[str, Dataset], **fields: An
     """``TaskData`` of a sequence-to-sequence task whose source and target share one symbol vocabulary
     (generated character/digit tasks): the collate, vocabulary sizes and special ids all come from it."""
     from attnlab.tasks.base import TaskData
-    from attnlab.tasks.batching import Seq2SeqCollate
+    from attnlab.tasks.batching import IndexedSeq2SeqCollate
 
     return TaskData(
         kind="seq2seq",
         datasets=datasets,
-        collate=Seq2SeqCollate(vocab.pad_id, vocab.bos_id, vocab.eos_id),
+        collate=IndexedSeq2SeqCollate(vocab.pad_id, vocab.bos_id, vocab.eos_id),
         vocab_size=len(vocab),
         src_vocab_size=len(vocab),
         pad_id=vocab.pad_id,

@@ -1,7 +1,8 @@
-"""Callbacks: throughput, best-metric tracking and UT ponder statistics."""
+"""Callbacks: throughput, best-metric tracking, the metrics lines of ``train.log`` and UT ponder statistics."""
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 
@@ -28,8 +29,11 @@ class Throughput(L.Callback):
         self.total_tokens = 0
         self.train_seconds = 0.0
         self._window_tokens, self._window_seconds, self._window_steps = 0, 0.0, 0
+        self.first_batch_at: float | None = None  # wall clock of the first training batch (start-up time)
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        if self.first_batch_at is None:
+            self.first_batch_at = time.time()
         self._t0 = time.perf_counter()
         self._tokens0 = pl_module._tokens_seen
         self._step0 = trainer.global_step
@@ -51,6 +55,53 @@ class Throughput(L.Callback):
 
     def average_tokens_per_s(self) -> float | None:
         return self.total_tokens / self.train_seconds if self.train_seconds > 0 else None
+
+
+class MetricsLine(L.Callback):
+    """A plain log line of the latest metrics every ``every`` optimizer steps, and one after every
+    validation: what a cluster user reads in ``train.log`` (and the console when it is not a terminal,
+    where no progress bar is drawn)."""
+
+    SHOWN = ("train/", "perf/")
+
+    def __init__(self, every: int) -> None:
+        self.every = max(int(every), 1)
+        self._last_step = -1
+        self._started = time.monotonic()
+        self._start_step = 0
+
+    def on_train_start(self, trainer, pl_module):
+        self._started, self._start_step = time.monotonic(), trainer.global_step
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        step = trainer.global_step
+        if step == self._last_step or step % self.every or not trainer.is_global_zero:
+            return  # mid-accumulation, already logged, or not a log step
+        self._last_step = step
+        shown = {k: v for k, v in trainer.callback_metrics.items() if k.startswith(self.SHOWN)}
+        if trainer.optimizers:
+            shown["lr"] = trainer.optimizers[0].param_groups[0]["lr"]
+        elapsed = time.monotonic() - self._started
+        done = step - self._start_step
+        eta = elapsed / done * (trainer.max_steps - step) if done > 0 and trainer.max_steps > 0 else None
+        timing = f"elapsed {_duration(elapsed)}" + (f", eta {_duration(eta)}" if eta is not None else "")
+        logging.getLogger("attnlab").info("step %d/%d  %s  (%s)", step, trainer.max_steps, _format(shown), timing)
+
+    def on_validation_end(self, trainer, pl_module):
+        if trainer.sanity_checking or not trainer.is_global_zero:
+            return
+        shown = {k: v for k, v in trainer.callback_metrics.items() if k.startswith("val/")}
+        logging.getLogger("attnlab").info("validation at step %d  %s", trainer.global_step, _format(shown))
+
+
+def _format(metrics: dict) -> str:
+    return "  ".join(f"{k} {float(v):.4g}" for k, v in sorted(metrics.items())) or "(nothing logged yet)"
+
+
+def _duration(seconds: float) -> str:
+    minutes, secs = divmod(int(round(seconds)), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m{secs:02d}s" if hours else f"{minutes}m{secs:02d}s"
 
 
 class BestMetrics(L.Callback):

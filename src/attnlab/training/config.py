@@ -58,20 +58,23 @@ class HardwareSchema:
     max_batch_per_device: int
     num_workers: int
     matmul_precision: str
+    torch_threads: int | None = None
 
 
 @dataclass
 class OptimSchema:
-    optimizer: str
+    optimizer: Any      # adam | adamw | {_target_: torch.optim.SGD, ...} (called with the parameter groups and lr)
     lr: float
     betas: list[float]
     eps: float
     weight_decay: float
-    schedule: str
+    schedule: Any       # inverse_sqrt | cosine | constant | {_target_: a torch LR scheduler, called with the optimizer}
     warmup_steps: int
     min_lr_ratio: float
     label_smoothing: float
     grad_clip: float
+    plateau: Any = None   # null, or training/plateau.py PlateauOptions: decay on a validation plateau, stop_lr
+    freeze_embeddings: bool = False  # token embeddings and output softmax kept fixed (Synthesizer T5 fine-tuning)
 
 
 @dataclass
@@ -134,6 +137,9 @@ class WandbSchema:
     tags: list[str]
     offline: bool
     log_model: bool
+    name: Any = None         # null: <row or run name>-s<seed>
+    job_type: Any = "train"
+    notes: Any = None
 
 
 CHOICES = {
@@ -146,12 +152,13 @@ CHOICES = {
     "optim.schedule": ("inverse_sqrt", "cosine", "constant"),
     "task.decoding.strategy": ("greedy", "beam"),
     "task.decoding.length_penalty": ("gnmt", "fairseq"),
+    "test_weights": ("last", "best"),
 }
 
 POSITIVE = ("model.d_model", "model.num_heads", "model.d_ff", "hardware.devices", "hardware.num_nodes",
             "hardware.max_batch_per_device", "batch.sentences_per_update", "batch.eval_batch_size",
             "batch.tokens_per_update", "callbacks.record_attention_sample_size",
-            "trainer.log_every_n_steps", "trainer.val_check_interval", "optim.lr")
+            "trainer.log_every_n_steps", "trainer.val_check_interval", "optim.lr", "hardware.torch_threads")
 NON_NEGATIVE = ("model.encoder_layers", "model.random_position_offset", "model.decoder_layers", "optim.warmup_steps",
                 "hardware.num_workers", "optim.weight_decay", "optim.grad_clip", "trainer.num_sanity_val_steps")
 
@@ -184,6 +191,19 @@ def _check_options(node: dict, options_cls: type, path: str, label: str) -> None
 
 def _get(cfg: DictConfig, dotted: str):
     return OmegaConf.select(cfg, dotted, throw_on_missing=False)
+
+
+# Keys that take your own class instead of a built-in name (README "Add your own").
+TARGET_ALLOWED = ("optim.optimizer", "optim.schedule")
+
+
+def _builtin(node: DictConfig) -> DictConfig:
+    """``node`` without the entries that name their own class (``_target_``): those are instantiated as
+    written (training/run.py), the rest are checked against the schema."""
+    own = [k for k, v in node.items_ex(resolve=False) if isinstance(v, DictConfig) and "_target_" in v]
+    if not own:
+        return node
+    return OmegaConf.create({k: v for k, v in node.items_ex(resolve=False) if k not in own})
 
 
 # -- the root config's own keys ------------------------------------------------------------------------
@@ -277,8 +297,8 @@ def validate(cfg: DictConfig) -> None:
     _check_section(view.optim, OptimSchema, "optim")
     _check_section(view.trainer, TrainerSchema, "trainer")
     _check_section(view.batch, BatchSchema, "batch")
-    _check_section(view.logger, LoggerSchema, "logger")
-    _check_section(view.callbacks, CallbacksSchema, "callbacks")
+    _check_section(_builtin(view.logger), LoggerSchema, "logger")
+    _check_section(_builtin(view.callbacks), CallbacksSchema, "callbacks")
     if view.logger.get("wandb") is not None:
         _check_section(view.logger.wandb, WandbSchema, "logger.wandb")
     if view.task.get("decoding") is not None:
@@ -289,7 +309,10 @@ def validate(cfg: DictConfig) -> None:
 
     from attnlab.attention import available, get_entry
     from attnlab.models.recurrence import available_recurrences, recurrence_options
+    from attnlab.plugins import load_plugins
     from attnlab.tasks.schemas import task_schema
+
+    load_plugins(cfg)  # the variants, tasks and classes of the user's own modules (README "Add your own")
 
     attention = view.model.attention.get("name")
     if attention not in available():
@@ -308,10 +331,26 @@ def validate(cfg: DictConfig) -> None:
     _check_task_sizes(view.task)
     _check_attention_builds(view)
 
+    if cfg.optim.get("plateau") is not None:
+        from attnlab.training.plateau import PlateauOptions
+
+        _check_options(cfg.optim.plateau, PlateauOptions, "optim.plateau", "the plateau decay")
+        try:
+            PlateauOptions(**OmegaConf.to_container(cfg.optim.plateau, resolve=True))
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+    if cfg.get("test_weights") == "best" and not _get(cfg, "callbacks.checkpoint.save_top_k"):
+        raise ConfigError("test_weights=best needs a best checkpoint: set callbacks.checkpoint.save_top_k >= 1 "
+                          "(and callbacks.checkpoint.monitor to the validation metric that picks it)")
+
 
 def _check_ranges(view: DictConfig) -> None:
     for dotted, valid in CHOICES.items():
         value = _get(view, dotted)
+        if isinstance(value, DictConfig) and dotted in TARGET_ALLOWED:
+            if not isinstance(value.get("_target_"), str):
+                raise ConfigError(f"{dotted} must be one of {', '.join(valid)} or a mapping with a _target_")
+            continue
         if value is not None and str(value) not in valid:
             raise ConfigError(f"{dotted}={value!r} is not valid; valid: {', '.join(valid)}")
     for dotted in POSITIVE:

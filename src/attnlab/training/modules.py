@@ -26,15 +26,30 @@ def count_parameters(model: torch.nn.Module) -> dict[str, int]:
     }
 
 
+def freeze_embeddings(model: torch.nn.Module) -> list[str]:
+    """Keep the token embeddings and the output softmax fixed (no gradient, not in the optimizer): the
+    Synthesizer paper's T5 fine-tuning keeps them fixed. Returns the frozen parameters' names."""
+    frozen = []
+    for name, p in model.named_parameters(remove_duplicate=False):
+        if name.endswith("tokens.weight") or name == "output.weight":
+            p.requires_grad_(False)
+            frozen.append(name)
+    return frozen
+
+
 class TaskModule(L.LightningModule):
     """Shared optimisation, aux-loss handling (ACT ponder terms) and logging."""
 
     def __init__(self, model_cfg: dict[str, Any], optim_cfg: dict[str, Any], task_info: dict[str, Any],
                  eval_cfg: dict[str, Any]) -> None:
         super().__init__()
-        self.save_hyperparameters()
+        # Kept in checkpoints, not sent to loggers: the run's logged config is the resolved Hydra config,
+        # which these dicts would repeat under other names (model_cfg.d_model beside model.d_model).
+        self.save_hyperparameters(logger=False)
         self.model_cfg, self.optim_cfg, self.task_info, self.eval_cfg = model_cfg, optim_cfg, task_info, eval_cfg
         self.model = self.build_model()
+        if optim_cfg.get("freeze_embeddings"):
+            freeze_embeddings(self.model)
         self._tokens_seen = 0
         self.eval_split_names: list[str] = list(task_info.get("eval_splits", {"test": "test"}))
         # Set by build_module from the task (plain callables and strings, not hyperparameters): whole-split
@@ -43,6 +58,8 @@ class TaskModule(L.LightningModule):
         self.detokenize = None
         self.references: dict[str, list] = {}
         self._hypotheses: dict[int, list[tuple[int, Any]]] = {}
+        # After testing: {eval prefix: {example index: output}} of every rank, for the outputs files.
+        self.test_outputs: dict[str, dict[int, Any]] = {}
 
     # -- hooks for subclasses -----------------------------------------------------------------------
     def build_model(self) -> torch.nn.Module:
@@ -74,21 +91,42 @@ class TaskModule(L.LightningModule):
         self._tokens_seen += tokens
         return total
 
+    def on_before_optimizer_step(self, optimizer) -> None:
+        """Log the global gradient 2-norm (before clipping), on the steps that are logged."""
+        trainer = self._trainer
+        if trainer is None or not trainer.loggers:
+            return
+        every = max(int(trainer.log_every_n_steps), 1)
+        if (trainer.fit_loop.epoch_loop._batches_that_stepped + 1) % every:
+            return
+        grads = [p.grad for p in self.parameters() if p.grad is not None]
+        if grads:
+            norm = torch.nn.utils.get_total_norm(grads, norm_type=2.0)
+            self.log("train/grad_norm", norm.detach().float(), on_step=True, on_epoch=False)
+
     def configure_optimizers(self):
+        from hydra.utils import instantiate
+
         o = self.optim_cfg
-        cls = {"adam": torch.optim.Adam, "adamw": torch.optim.AdamW}[o["optimizer"]]
         decay, no_decay = [], []
         for name, p in self.named_parameters():
             if p.requires_grad:
                 (no_decay if p.ndim < 2 or "norm" in name else decay).append(p)
         groups = [{"params": decay, "weight_decay": o["weight_decay"]}, {"params": no_decay, "weight_decay": 0.0}]
-        optimizer = cls(groups, lr=o["lr"], betas=tuple(o["betas"]), eps=o["eps"])
+        if isinstance(o["optimizer"], dict):  # the user's own: {_target_: torch.optim.SGD, momentum: 0.9, ...}
+            optimizer = instantiate(o["optimizer"], groups, lr=o["lr"])
+        else:
+            cls = {"adam": torch.optim.Adam, "adamw": torch.optim.AdamW}[o["optimizer"]]
+            optimizer = cls(groups, lr=o["lr"], betas=tuple(o["betas"]), eps=o["eps"])
         trainer = self._trainer  # None outside a Trainer (benchmarks, tools); the property would raise
         total = trainer.max_steps if trainer is not None and trainer.max_steps > 0 else 100_000
-        schedule = torch.optim.lr_scheduler.LambdaLR(
-            optimizer, lr_multiplier(o["schedule"], warmup_steps=o["warmup_steps"], total_steps=total,
-                                     min_ratio=o["min_lr_ratio"])
-        )
+        if isinstance(o["schedule"], dict):  # the user's own torch scheduler, stepped every update
+            schedule = instantiate(o["schedule"], optimizer)
+        else:
+            schedule = torch.optim.lr_scheduler.LambdaLR(
+                optimizer, lr_multiplier(o["schedule"], warmup_steps=o["warmup_steps"], total_steps=total,
+                                         min_ratio=o["min_lr_ratio"])
+            )
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}
 
     def on_fit_start(self) -> None:
@@ -104,29 +142,44 @@ class TaskModule(L.LightningModule):
     # -- whole-split scoring -----------------------------------------------------------------------------
     def on_test_epoch_start(self):
         self._hypotheses = {}
+        self.test_outputs = {}
 
     def collect_outputs(self, batch, outputs: list, dataloader_idx: int) -> None:
-        """Keep (example index, output) pairs for ``text_scorer``; needs ``ref_index`` in the batch."""
-        if self.text_scorer is not None and "ref_index" in batch:
+        """Keep (example index, output) pairs for ``text_scorer`` and the outputs files; needs ``ref_index``."""
+        if (self.text_scorer is not None or self.detokenize is not None) and "ref_index" in batch:
             self._hypotheses.setdefault(dataloader_idx, []).extend(zip(batch["ref_index"].tolist(), outputs))
 
     def log_split_scores(self, idx: int) -> None:
-        if self.text_scorer is None:
-            return
         for key, value in self._score_split(idx).items():
             self.log(f"{self.eval_prefix(idx)}/{key}", float(value), add_dataloader_idx=False, sync_dist=False)
 
-    def _score_split(self, idx: int) -> dict[str, float]:
-        """Scores over the whole split: outputs are gathered from every rank, then scored once."""
-        pairs = self._hypotheses.get(idx, [])
+    @staticmethod
+    def _gather(pairs: list[tuple[int, Any]]) -> dict[int, Any]:
+        """{example index: output} from every rank; a DistributedSampler may repeat an example to even out ranks."""
         if torch.distributed.is_available() and torch.distributed.is_initialized():
             gathered: list = [None] * torch.distributed.get_world_size()
             torch.distributed.all_gather_object(gathered, pairs)
             pairs = [p for part in gathered for p in part]
-        if not pairs:
-            return {}
-        by_index = dict(pairs)  # a DistributedSampler may repeat an example to even out ranks
+        return dict(pairs)
+
+    def gather_outputs(self, idx: int) -> dict[int, Any]:
+        """{example index: output} of one evaluation split from every rank (kept in ``test_outputs``)."""
+        by_index = self._gather(self._hypotheses.get(idx, []))
+        if by_index:
+            self.test_outputs[self.eval_prefix(idx)] = by_index
+        return by_index
+
+    def _score_split(self, idx: int) -> dict[str, float]:
         split = list(self.task_info["eval_splits"].values())[idx]
+        return self._score_by_index(self.gather_outputs(idx), split)
+
+    def _score_outputs(self, pairs: list[tuple[int, Any]], split: str) -> dict[str, float]:
+        """Scores over the whole split: outputs are gathered from every rank, then scored once."""
+        return self._score_by_index(self._gather(pairs), split)
+
+    def _score_by_index(self, by_index: dict[int, Any], split: str) -> dict[str, float]:
+        if not by_index or self.text_scorer is None:
+            return {}
         refs = self.references[split]
         order = sorted(by_index)
         return self.text_scorer([by_index[i] for i in order], [refs[i] for i in order])
@@ -183,7 +236,15 @@ class Seq2SeqModule(TaskModule):
         _, nll, tokens = _label_smoothed_nll(logits, batch["tgt_out"], self.task_info["pad_id"], 0.0)
         self.val_ppl.update(nll, tokens)
         if self.eval_cfg["decode_in_validation"]:
-            self.val_acc.update(self.decode(batch["src"]), batch["tgt_out"])
+            predictions = self.decode(batch["src"])
+            self.val_acc.update(predictions, batch["tgt_out"])
+            if self.text_scorer is not None and "ref_index" in batch and "val" in self.references:
+                # Dev BLEU (and the task's other text scores) for checkpoint selection and plateau decay.
+                self._val_outputs.extend(zip(batch["ref_index"].tolist(),
+                                             [self.detokenize(row) for row in predictions.tolist()]))
+
+    def on_validation_epoch_start(self):
+        self._val_outputs: list[tuple[int, Any]] = []
 
     def on_validation_epoch_end(self):
         ppl = self.val_ppl.compute()
@@ -194,11 +255,15 @@ class Seq2SeqModule(TaskModule):
             for key, value in self.val_acc.compute().items():
                 self.log(f"val/{key}", value.float(), prog_bar=key == "seq_acc")
             self.val_acc.reset()
+            outputs, self._val_outputs = getattr(self, "_val_outputs", []), []
+            if self.text_scorer is not None and "val" in self.references:  # every rank: scoring gathers
+                for key, value in self._score_outputs(outputs, "val").items():
+                    self.log(f"val/{key}", float(value), sync_dist=False, prog_bar=key == "bleu")
 
     def test_step(self, batch, batch_idx, dataloader_idx: int = 0):
         predictions = self.decode(batch["src"])
         self.test_acc[dataloader_idx].update(predictions, batch["tgt_out"])
-        if self.text_scorer is not None:
+        if self.detokenize is not None:
             self.collect_outputs(batch, [self.detokenize(row) for row in predictions.tolist()], dataloader_idx)
 
     def on_test_epoch_end(self):

@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import os
@@ -20,11 +21,11 @@ from typing import Any
 
 import lightning as L
 import torch
-from omegaconf import DictConfig, OmegaConf, open_dict
+from omegaconf import DictConfig, OmegaConf
 
 import attnlab
 from attnlab.tasks import DataError, TaskData, build_task
-from attnlab.training.callbacks import BestMetrics, PonderStats, Throughput
+from attnlab.training.callbacks import BestMetrics, MetricsLine, PonderStats, Throughput
 from attnlab.training.checkpointing import (
     AtomicCheckpointIO,
     CheckpointError,
@@ -48,50 +49,13 @@ from attnlab.training.faults import (
 )
 from attnlab.training.modules import MODULES, TaskModule, count_parameters
 from attnlab.training.resumable import ResumableCSVLogger, ResumableDataModule
+from attnlab.training.scale import apply_scale  # noqa: F401 - re-exported: run, eval and tests apply it here
 from attnlab.training.storage import storage_failure
 
 log = logging.getLogger("attnlab")
 
 
 # -- config helpers ------------------------------------------------------------------------------------
-def apply_scale(cfg: DictConfig, cli_overrides: list[str] | tuple[str, ...] = ()) -> None:
-    """Apply the ``at_scale.<scale.name>`` blocks of ``model``, ``task`` and the root config.
-
-    A preset states its paper-size values as plain keys and its laptop-size values under ``at_scale.cpu``.
-    Each key of a block is a path relative to where the block sits (``d_model``, ``attention.block_size``,
-    or at the root ``trainer.max_steps``) and its value replaces what is at that path, whole: a block
-    entry ``train: {source: local, ...}`` swaps the data source rather than blending two of them. The
-    root block is applied last, after the scale group's own budget, so a laptop-native preset keeps its
-    steps. What the user set on the command line wins: a dotted key protects itself and everything below
-    it, a nested group choice (``model/attention=...``) protects that section; top-level group choices
-    (``model=...``, ``task=...``) protect nothing.
-    """
-    explicit = []
-    for override in cli_overrides:
-        if "=" not in override:
-            continue
-        key = override.split("=", 1)[0].lstrip("+~")
-        if "." in key or "/" in key:
-            explicit.append(key.replace("/", "."))
-
-    def protected(path: str) -> bool:
-        return any(path == e or path.startswith(e + ".") or e.startswith(path + ".") for e in explicit)
-
-    scale = cfg.scale.name
-    # A debug mode comes last in the defaults and must keep winning, over an experiment's root block too.
-    sections = ("model", "task") if cfg.get("debug_mode") else ("model", "task", None)
-    with open_dict(cfg):
-        for section in sections:
-            node = cfg if section is None else cfg[section]
-            block = OmegaConf.select(node, f"at_scale.{scale}")
-            if not block:
-                continue
-            prefix = "" if section is None else f"{section}."
-            for key, value in block.items_ex(resolve=False):
-                if not protected(prefix + str(key)):
-                    OmegaConf.update(node, str(key), value, merge=False, force_add=True)
-
-
 def derive_batching(cfg: DictConfig, *, max_len: int | None = None) -> tuple[int, int]:
     """(micro-batch per device in sentences, gradient accumulation) so that one update sees
     ``batch.sentences_per_update`` sentences, or about ``batch.tokens_per_update`` tokens, whatever the
@@ -128,7 +92,55 @@ def token_budget(cfg: DictConfig, max_len: int | None) -> tuple[int, int]:
 def build_task_data(cfg: DictConfig) -> TaskData:
     task_cfg = OmegaConf.to_container(cfg.task, resolve=True)
     task_cfg.setdefault("data_root", cfg.paths.data_root)
-    return build_task(task_cfg, int(cfg.seed))
+    log.info("loading data: task %s (%s)", cfg.task.name, task_cfg.get("source") or "local/generated")
+    started = time.monotonic()
+    task = build_task(task_cfg, int(cfg.seed))
+    log.info("data: %s; max length %d (%.1f s)", data_sizes(task), task.max_len, time.monotonic() - started)
+    return task
+
+
+def data_sizes(task: TaskData) -> str:
+    """``train 20000, val 256, test 128 examples`` (a streamed split without a length is shown as such)."""
+    sizes = []
+    for split, dataset in task.datasets.items():
+        try:
+            sizes.append(f"{split} {len(dataset)}")
+        except TypeError:
+            sizes.append(f"{split} (streamed)")
+    return ", ".join(sizes) + " examples"
+
+
+def describe_config(cfg: DictConfig, run_dir: Path) -> None:
+    """The first lines of ``train.log``: where the run writes and the effective config in brief."""
+    m, o, t, hw = cfg.model, cfg.optim, cfg.trainer, cfg.hardware
+    per_update = (f"{cfg.batch.tokens_per_update} tokens" if cfg.batch.get("tokens_per_update")
+                  else f"{cfg.batch.sentences_per_update} sentences")
+    log.info("run folder: %s", run_dir.resolve())
+    log.info("config: %stask %s, model %s, attention %s, recurrence %s, seed %s, scale %s%s",
+             f"experiment {cfg.experiment_name}, " if cfg.get("experiment_name") else "", cfg.task.name, m.name,
+             m.attention.name, m.recurrence.name, cfg.seed, cfg.scale.name,
+             f", debug {cfg.debug_mode}" if cfg.get("debug_mode") else "")
+    log.info("model: d_model %d, %d heads, d_ff %d, %d encoder + %d decoder layers, dropout %g", m.d_model,
+             m.num_heads, m.d_ff, m.encoder_layers, m.decoder_layers, m.dropout)
+    optimizer = o.optimizer._target_ if isinstance(o.optimizer, DictConfig) else o.optimizer
+    schedule = (o.schedule._target_ if isinstance(o.schedule, DictConfig)
+                else f"{o.schedule}, warmup {o.warmup_steps}")
+    log.info("training: %d steps, %s per update, %s lr %g (%s), validation every %d steps; hardware %s "
+             "(%d x %s, precision %s)", t.max_steps, per_update, optimizer, o.lr, schedule, t.val_check_interval,
+             hw.name, hw.devices * hw.num_nodes, hw.accelerator, hw.precision)
+
+
+def describe_build(cfg: DictConfig, task: TaskData, module: TaskModule) -> None:
+    """What the data decided: batching, tokenizer and parameter count."""
+    micro, accumulate = derive_batching(cfg, max_len=task.max_len)
+    log.info("batching: micro-batch %d x %d accumulation x %d device(s)", micro, accumulate,
+             cfg.hardware.devices * cfg.hardware.num_nodes)
+    tokenizer = cfg.task.get("tokenizer")
+    kind = f"{tokenizer.kind} (asked vocabulary {tokenizer.get('vocab_size')}), " if tokenizer else ""
+    source = f", source {task.src_vocab_size}" if task.src_vocab_size and task.src_vocab_size != task.vocab_size else ""
+    log.info("tokenizer: %svocabulary %d%s", kind, task.vocab_size, source)
+    params = count_parameters(module.model)
+    log.info("parameters: %s total, %s trainable", f"{params['total']:,}", f"{params['trainable']:,}")
 
 
 def model_config(cfg: DictConfig, task: TaskData) -> dict[str, Any]:
@@ -143,9 +155,12 @@ def model_config(cfg: DictConfig, task: TaskData) -> dict[str, Any]:
             f"raise model.max_len or shorten the task"
         )
     attention = model["attention"]
+    if "seed" in attention and attention["seed"] is None:  # fixed random R: drawn from the run seed per layer
+        attention["seed"] = int(cfg.seed)
     if "train_length_p975" in attention and attention["train_length_p975"] is None and task.train_lengths:
-        lengths = torch.tensor(task.train_lengths, dtype=torch.float64)
-        attention["train_length_p975"] = float(torch.quantile(lengths, 0.975))
+        from attnlab.attention.qknorm import length_p975
+
+        attention["train_length_p975"] = length_p975(task.train_lengths)
     return model
 
 
@@ -186,7 +201,9 @@ def build_module(cfg: DictConfig, task: TaskData | None = None) -> TaskModule:
     module = module_cls(model_config(cfg, task), OmegaConf.to_container(cfg.optim, resolve=True), task_info(task),
                         decoding_config(cfg))
     if task.score_text is not None:
-        module.text_scorer, module.detokenize, module.references = task.score_text, task.detokenize, task.references
+        module.text_scorer, module.references = task.score_text, task.references
+    if task.kind == "seq2seq":  # decoded test outputs are kept for the outputs files (training/outputs.py)
+        module.detokenize = task.detokenize
     return module
 
 
@@ -200,6 +217,7 @@ def build_datamodule(cfg: DictConfig, task: TaskData | None = None) -> Resumable
 
 
 # -- resuming ----------------------------------------------------------------------------------------------
+OUTPUTS_DIR = "outputs"  # decoded test outputs beside results.json (training/outputs.py)
 WANDB_ID_FILE = "wandb_run_id"
 
 
@@ -258,7 +276,34 @@ def build_loggers(cfg: DictConfig, run_dir: Path, *, resume_ckpt: dict[str, Any]
         wandb_logger = build_wandb_logger(cfg, run_dir, run_id=wandb_id)
         if wandb_logger is not None:
             loggers.append(wandb_logger)
-    return loggers
+    return loggers + instantiate_own(cfg.logger, "logger", save_dir=str(run_dir))
+
+
+def instantiate_own(section: DictConfig, path: str, **defaults: Any) -> list:
+    """The entries of ``section`` that name their own class with ``_target_`` (a logger or callback added
+    by a config file, README "Add your own"), instantiated with the arguments written beside it; each of
+    ``defaults`` (a logger's ``save_dir``: the run folder) is passed where the class takes it and the
+    config leaves it out."""
+    import inspect
+
+    from hydra.utils import get_object, instantiate
+
+    built = []
+    for key, node in section.items_ex(resolve=False):
+        if isinstance(node, DictConfig) and "_target_" in node:
+            try:
+                params = inspect.signature(get_object(node._target_)).parameters
+                extra = {k: v for k, v in defaults.items() if k in params and k not in node}
+                built.append(instantiate(node, **extra))
+            except Exception as exc:  # noqa: BLE001 - whatever the user's class raises, one line names it
+                cause = exc.__cause__ or exc
+                raise ConfigError(f"{path}.{key}: cannot build {node._target_}: {one_line_of(cause)}") from exc
+    return built
+
+
+def one_line_of(exc: BaseException) -> str:
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    return f"{exc.__class__.__name__}: {lines[0]}" if lines else exc.__class__.__name__
 
 
 def _logged_through(ckpt: dict[str, Any] | None) -> int | None:
@@ -278,15 +323,46 @@ def build_wandb_logger(cfg: DictConfig, run_dir: Path, run_id: str | None = None
         offline = w.offline and os.environ.get("WANDB_MODE") in (None, "", "offline")
         if offline:
             os.environ.setdefault("WANDB_MODE", "offline")
+        name, tags = wandb_name_and_tags(cfg)
         return WandbLogger(
             project=w.project, entity=w.entity, group=w.group or cfg.get("experiment_name") or cfg.run_name,
-            tags=list(w.tags), save_dir=str(run_dir), offline=offline, log_model=w.log_model,
-            config=OmegaConf.to_container(cfg, resolve=True), name=cfg.run_name,
-            settings=_wandb_settings(), id=run_id, resume="allow" if run_id else None,
+            tags=tags, save_dir=str(run_dir), offline=offline, log_model=w.log_model,
+            config=OmegaConf.to_container(cfg, resolve=True), name=name, job_type=w.get("job_type") or "train",
+            notes=w.get("notes"), settings=_wandb_settings(), id=run_id, resume="allow" if run_id else None,
         )
     except Exception as exc:  # noqa: BLE001 - a logging backend must never stop training
         log.warning("wandb logger disabled: %s: %s", exc.__class__.__name__, str(exc).splitlines()[0])
         return None
+
+
+def wandb_name_and_tags(cfg: DictConfig) -> tuple[str, list[str]]:
+    """The run's wandb name (``logger.wandb.name``, else ``<row or run name>-s<seed>``: the seeds of one table
+    row differ) and tags (the configured ones plus ``seed:<n>`` and ``row:<row>``)."""
+    w = cfg.logger.wandb
+    row = cfg.get("row")
+    name = w.get("name") or f"{row or cfg.run_name}-s{cfg.seed}"
+    tags = [*w.tags, f"seed:{cfg.seed}", *([f"row:{row}"] if row else [])]
+    return name, [t[:64] for t in dict.fromkeys(str(t) for t in tags)]  # wandb refuses tags over 64 chars
+
+
+def publish_to_wandb(record: dict[str, Any], run_dir: Path) -> None:
+    """What a reviewer needs on the wandb run: the run record as summary (``attnlab/record``, which
+    ``attnlab-table source=wandb`` reads back) and as a file, the decoded outputs, and the metric flavours
+    (sacreBLEU signature, decoding, ...) in the run's config. A failure is logged; the run stays complete."""
+    try:
+        import wandb
+
+        run = wandb.run
+        if run is None:
+            return
+        run.summary["attnlab/record"] = record
+        run.config.update({"metric_flavours": record.get("metric_flavours") or {}}, allow_val_change=True)
+        for path in [run_dir / "results.json", *sorted((run_dir / OUTPUTS_DIR).glob("*"))]:
+            if path.is_file():
+                wandb.save(str(path), base_path=str(run_dir), policy="now")
+    except Exception as exc:  # noqa: BLE001 - a logging backend must never fail a finished run
+        log.warning("wandb: could not publish the run record: %s: %s", exc.__class__.__name__,
+                    str(exc).splitlines()[0] if str(exc) else "")
 
 
 def _wandb_settings():
@@ -301,7 +377,8 @@ def build_callbacks(cfg: DictConfig, run_dir: Path) -> list:
     c = cfg.callbacks
     mfu = bool(c.get("mfu")) and not cfg.get("debug_mode")
     callbacks: list = [Throughput(log=not mfu), BestMetrics(), RandomState(),
-                       NonFiniteGuard(cfg.get("nan_policy", "stop"), int(cfg.get("max_skipped_batches", 0)))]
+                       NonFiniteGuard(cfg.get("nan_policy", "stop"), int(cfg.get("max_skipped_batches", 0))),
+                       MetricsLine(cfg.trainer.log_every_n_steps)]
     if c.get("checkpoint"):
         ck = c.checkpoint
         if ck.save_top_k:
@@ -313,7 +390,7 @@ def build_callbacks(cfg: DictConfig, run_dir: Path) -> list:
         if ck.save_last:
             callbacks.append(LastCheckpoint(run_dir / "checkpoints", every_n_steps=ck.get("every_n_steps"),
                                             handle_signals=ck.get("on_signal", True)))
-    has_logger = any(cfg.logger.get(k) is not None for k in ("csv", "wandb", "tensorboard"))
+    has_logger = any(v is not None for v in cfg.logger.values())
     if c.get("lr_monitor") and has_logger:
         callbacks.append(LearningRateMonitor(logging_interval="step"))
     if mfu:  # perf/mfu against the datasheet peak, or the matmul peak measured at fit start on CPU
@@ -322,11 +399,16 @@ def build_callbacks(cfg: DictConfig, run_dir: Path) -> list:
         callbacks.append(MFUCallback(log_every=cfg.trainer.log_every_n_steps))
     if c.get("ponder_stats") and cfg.model.recurrence.name.endswith("act"):
         callbacks.append(PonderStats(str(run_dir), sample_size=c.ponder_stats.sample_size))
+    if cfg.optim.get("plateau") is not None:
+        from attnlab.training.plateau import PlateauDecay, PlateauOptions
+
+        options = PlateauOptions(**OmegaConf.to_container(cfg.optim.plateau, resolve=True))
+        callbacks.append(PlateauDecay(options, warmup_steps=cfg.optim.warmup_steps))
     if c.get("record_attention"):
         from attnlab.training.attention_record import AttentionWeightsHistogram
 
         callbacks.append(AttentionWeightsHistogram(str(run_dir), sample_size=c.get("record_attention_sample_size", 8)))
-    return callbacks
+    return callbacks + instantiate_own(c, "callbacks")
 
 
 def build_trainer(cfg: DictConfig, run_dir: Path, *, callbacks: list, loggers: list,
@@ -368,7 +450,7 @@ def build_trainer(cfg: DictConfig, run_dir: Path, *, callbacks: list, loggers: l
         num_sanity_val_steps=t.num_sanity_val_steps,
         detect_anomaly=t.detect_anomaly,
         profiler=t.profiler,
-        enable_progress_bar=t.enable_progress_bar,
+        enable_progress_bar=progress_bar_wanted(t.enable_progress_bar),
         enable_model_summary=False,
         callbacks=callbacks,
         logger=loggers or False,
@@ -376,6 +458,12 @@ def build_trainer(cfg: DictConfig, run_dir: Path, *, callbacks: list, loggers: l
         plugins=plugins,
         enable_checkpointing=any(isinstance(c, Checkpoint) for c in callbacks),  # else Lightning adds its own
     )
+
+
+def progress_bar_wanted(asked: bool) -> bool:
+    """A progress bar only on a terminal: elsewhere (a SLURM log, a pipe) tqdm's redraws pile up in the file
+    (22 MB for 100k steps), and the metrics line every ``trainer.log_every_n_steps`` shows the progress."""
+    return bool(asked) and sys.stdout.isatty()
 
 
 # -- provenance ----------------------------------------------------------------------------------------
@@ -417,7 +505,8 @@ def peak_memory_mb(device: torch.device | None = None) -> float | None:
 # -- the run -----------------------------------------------------------------------------------------
 # How a run restarts is not what it computes (ckpt_path is excluded already); recording attention weights
 # reads the trained model after training, so turning it on changes no number (and no existing hash).
-HASH_EXCLUDE_EXTRA = ("resume", "record_attention*")
+# Where the user's own code is found (plugins) is not what it computes: the names it registers are hashed.
+HASH_EXCLUDE_EXTRA = ("resume", "record_attention*", "plugins")
 
 
 def run(cfg: DictConfig, *, run_dir: str | os.PathLike | None = None, command: str | None = None,
@@ -443,10 +532,15 @@ def run(cfg: DictConfig, *, run_dir: str | os.PathLike | None = None, command: s
     L.seed_everything(int(cfg.seed), workers=True, verbose=False)
     if cfg.hardware.matmul_precision:
         torch.set_float32_matmul_precision(cfg.hardware.matmul_precision)
+    if cfg.hardware.get("torch_threads"):
+        # Small models do not scale across threads: parallel sweeps give each job cores/jobs threads.
+        torch.set_num_threads(int(cfg.hardware.torch_threads))
 
+    describe_config(cfg, run_dir)
     task = build_task_data(cfg)
     check_splits_not_empty(task)
     module = build_module(cfg, task)
+    describe_build(cfg, task, module)
     resume = select_checkpoint(cfg, run_dir)
     resume_path, resume_ckpt = resume if resume else (None, None)
     if resume_path is not None:
@@ -474,6 +568,7 @@ def run(cfg: DictConfig, *, run_dir: str | os.PathLike | None = None, command: s
     warnings.filterwarnings("ignore", message=".*`training_step` returned `None`.*")
     try:
         trainer.fit(module, datamodule=datamodule, ckpt_path=resume_path, weights_only=True)
+        tested = load_test_weights(cfg, module, callbacks, trainer.global_step)
         trainer.test(module, datamodule=datamodule, verbose=False)
     except (OSError, RuntimeError) as exc:
         failure = storage_failure(exc, run_dir)  # the disk filled up or the folder became read-only mid-run
@@ -507,14 +602,46 @@ def run(cfg: DictConfig, *, run_dir: str | os.PathLike | None = None, command: s
                         "check the training split and trainer.limit_train_batches")
     record = _record(cfg, run_dir, command, trainer, module, callbacks, task, started, status="completed",
                      config_hash=asked_hash)
+    record["metric_flavours"]["test_weights"] = tested.pop("flavour")
+    record["extra"]["test_checkpoint"] = tested
     if resume_path is not None:
         record["extra"]["resumed_from"] = str(Path(resume_path).resolve())
     if trainer.is_global_zero:
-        _write_or_storage_error(run_dir, record)
+        from attnlab.results.record import write_record
+        from attnlab.training.outputs import write_decoded_outputs
+
+        with _storage_errors(run_dir):
+            write_decoded_outputs(run_dir / OUTPUTS_DIR, module.test_outputs, task)  # before the record: complete
+            write_record(run_dir / "results.json", record)
     for lg in loggers:
         if lg.__class__.__name__ == "WandbLogger":
+            if trainer.is_global_zero:
+                publish_to_wandb(record, run_dir)
             _finish_wandb()
     return record
+
+
+def load_test_weights(cfg: DictConfig, module: TaskModule, callbacks: list, final_step: int) -> dict[str, Any]:
+    """Put the weights the test splits are scored with into ``module`` (``test_weights``) and describe them:
+    ``last`` keeps the final weights; ``best`` loads the checkpoint best by ``callbacks.checkpoint.monitor``
+    (QKNorm tests its best-dev-BLEU checkpoint). Returns the record's description, ``flavour`` included."""
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    if cfg.get("test_weights", "last") == "last":
+        return {"weights": "last", "step": final_step, "flavour": "last weights (end of training)"}
+    best = next((c for c in callbacks if isinstance(c, ModelCheckpoint)), None)
+    monitor, mode = cfg.callbacks.checkpoint.monitor, cfg.callbacks.checkpoint.mode
+    flavour = f"best checkpoint by {monitor} ({mode})"
+    if best is None or not best.best_model_path:
+        log.warning("test_weights=best, but no checkpoint was selected by %s (no validation ran): testing the "
+                    "last weights", monitor)
+        return {"weights": "last", "step": final_step, "flavour": "last weights (no validation ran)"}
+    ckpt = load_checkpoint_file(Path(best.best_model_path))
+    module.load_state_dict(ckpt["state_dict"])
+    score = best.best_model_score
+    log.info("testing the best checkpoint by %s: %s", monitor, best.best_model_path)
+    return {"weights": "best", "monitor": monitor, "mode": mode, "step": checkpoint_step(ckpt),
+            "score": None if score is None else float(score), "path": str(best.best_model_path), "flavour": flavour}
 
 
 def _record(cfg: DictConfig, run_dir: Path, command: str | None, trainer: L.Trainer, module: TaskModule,
@@ -545,7 +672,9 @@ def _record(cfg: DictConfig, run_dir: Path, command: str | None, trainer: L.Trai
         "metrics": {"final": collect_metrics(trainer) if status == "completed" else {}, "best": dict(best.best)},
         "params": params,
         "cost": {"wall_s": round(time.time() - started, 2), "tokens_per_s": throughput.average_tokens_per_s(),
-                 "peak_mem_mb": peak_memory_mb(module.device), "steps": trainer.global_step},
+                 "peak_mem_mb": peak_memory_mb(module.device), "steps": trainer.global_step,
+                 # start-up: config checks, data, tokenizer and model up to the first training batch
+                 "startup_s": round(throughput.first_batch_at - started, 2) if throughput.first_batch_at else None},
         "metric_flavours": run_flavours(cfg, task),
         "wandb_run_id": wandb_id,
         "run_dir": str(run_dir.resolve()),
@@ -568,8 +697,11 @@ def _write_interrupted_record(cfg, run_dir, command, trainer, module, callbacks,
     key = "interrupted" if isinstance(exc, Interrupted) else "preempted"
     record["extra"][key] = {"signal": signal.Signals(exc.signum).name, "step": exc.step,
                             "checkpoint": exc.checkpoint, "resume_with": record["command"]}
+    from attnlab.results.record import write_record
+
     try:
-        _write_or_storage_error(run_dir, record)
+        with _storage_errors(run_dir):
+            write_record(run_dir / "results.json", record)
     except StorageError as failure:
         log.error("%s", failure)  # the stop itself is reported by the caller
 
@@ -593,11 +725,11 @@ def check_splits_not_empty(task: TaskData) -> None:
                             f"files and size keys")
 
 
-def _write_or_storage_error(run_dir: Path, record: dict[str, Any]) -> None:
-    from attnlab.results.record import write_record
-
+@contextlib.contextmanager
+def _storage_errors(run_dir: Path):
+    """Writes in the run folder: a full disk (or a folder gone read-only) becomes one StorageError line."""
     try:
-        write_record(run_dir / "results.json", record)
+        yield
     except OSError as exc:
         failure = storage_failure(exc, run_dir)
         if failure is None:
@@ -655,12 +787,13 @@ def write_failed_record(cfg: DictConfig, run_dir: str | os.PathLike, command: st
 def _completed_twin(cfg: DictConfig) -> dict[str, Any] | None:
     """With ATTNLAB_SKIP_EXISTING=1 (``make reproduce-*`` sets it): the record of a completed run of the
     same config hash under ``paths.runs_dir``, so a re-run of a table trains only what is missing."""
-    from attnlab.results.lookup import find_completed, skip_existing_requested
+    from attnlab.results.lookup import find_completed, search_roots, skip_existing_requested
     from attnlab.results.record import read_record
 
     if not skip_existing_requested():
         return None
-    done = find_completed(cfg.paths.runs_dir, _safe_hash(cfg))  # the hash the record itself carries
+    # runs/ and the published results/runs: a clean clone skips what is committed.
+    done = find_completed(search_roots(cfg.paths.runs_dir), _safe_hash(cfg))  # the hash the record carries
     if done is None:
         return None
     log.info("skipping: a completed run with the same config hash exists: %s", done)

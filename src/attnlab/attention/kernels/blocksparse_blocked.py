@@ -29,11 +29,12 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import torch
 
-from attnlab.attention.kernels.blocksparse_reference import BlockSparsePlan
+from attnlab.attention.kernels.blocksparse_reference import BlockSparsePlan, check_plan_heads
 
 DEFAULT_CHUNK_BYTES = 2 << 20  # fp32 scores of one chunk of query rows (512K scores)
 
@@ -94,7 +95,7 @@ def _workers(workers: int | None) -> int:
     return max(1, torch.get_num_threads() if workers is None else int(workers))
 
 
-_LAYOUTS: dict[int, tuple[BlockSparsePlan, dict]] = {}
+_LAYOUTS: dict[tuple[int, int], tuple[BlockSparsePlan, dict]] = {}
 
 
 def _as_range(index: torch.Tensor) -> tuple[int, int] | None:
@@ -107,41 +108,52 @@ def _as_range(index: torch.Tensor) -> tuple[int, int] | None:
     return None
 
 
-def _layout(plan: BlockSparsePlan) -> dict:
-    """Static tables derived from a plan, cached by identity (modules cache their plans)."""
-    hit = _LAYOUTS.get(id(plan))
+def _layout(plan: BlockSparsePlan, heads: int) -> dict:
+    """Static tables derived from a plan for ``heads`` heads, cached by identity (modules cache plans).
+
+    ``flat`` (H, R, K): the key blocks of every head as indices into the (H * nb) blocks of a head-major
+    (B, H * nb, bs, Dh) view, so one ``index_select`` gathers every head's own blocks."""
+    hit = _LAYOUTS.get((id(plan), heads))
     if hit is not None and hit[0] is plan:
         return hit[1]
-    bs = plan.block_size
-    rows, idx, valid = plan.row_blocks.cpu(), plan.key_blocks.cpu(), plan.key_valid.cpu()
-    r, kk = idx.shape
+    bs, nb = plan.block_size, plan.num_blocks
+    rows = plan.row_blocks.cpu()
+    idx = plan.key_blocks.cpu().expand(heads, -1, -1)
+    valid = plan.key_valid.cpu().expand(heads, -1, -1)
+    _, r, kk = idx.shape
     dev = plan.key_blocks.device
     lay: dict = {"rows_range": _as_range(rows), "K": kk}
-    own = idx == rows[:, None]
+    own = idx == rows[None, :, None]
     simple = True
     if plan.causal and r:
         # BigBird causal rows: every valid block is at or before the row's own block, which is listed.
-        simple = bool(((own & valid).any(1)).all()) and bool(((idx <= rows[:, None]) | ~valid).all())
+        simple = bool(((own & valid).any(2)).all()) and bool(((idx <= rows[None, :, None]) | ~valid).all())
     if simple:
         # slot order: own block first (causal), other valid blocks, filler last; stable otherwise
         prio = torch.where(valid, 1, 2) - (own & valid).to(torch.long) * int(plan.causal)
-        order = torch.sort(prio, dim=1, stable=True).indices
-        lay["idx"] = torch.gather(idx, 1, order).to(dev)
-        counts = valid.sum(1)
-        lay["tails"] = [(i, int(counts[i])) for i in range(r) if int(counts[i]) < kk]
+        order = torch.sort(prio, dim=2, stable=True).indices
+        idx = torch.gather(idx, 2, order)
+        counts = valid.sum(2)  # (H, R)
+        short = (counts < kk).any(0)
+        lay["short_before"] = [0, *torch.cumsum(short.to(torch.long), 0).tolist()]
+        lay["counts"] = counts.to(dev)
+        lay["empty_rows"] = bool((counts == 0).any())  # a row with no key at all (random-only plans)
+        lay["slot"] = (torch.arange(kk * bs) // bs).to(dev)
         lay["masked"] = None
         lay["diag"] = torch.ones(bs, bs, dtype=torch.bool).triu(1).to(dev) if plan.causal else None
     else:
         offs = torch.arange(bs)
-        masked = ~valid[:, None, :, None].expand(r, 1, kk, bs).reshape(r, 1, kk * bs)
+        masked = ~valid[:, :, None, :, None].expand(heads, r, 1, kk, bs).reshape(heads, r, 1, kk * bs)
         if plan.causal:
             q_pos = (rows[:, None] * bs + offs)[:, :, None]
-            k_pos = (idx[:, :, None] * bs + offs).reshape(r, 1, kk * bs)
+            k_pos = (idx[:, :, :, None] * bs + offs).reshape(heads, r, 1, kk * bs)
             masked = masked | (k_pos > q_pos)
-        lay.update(idx=idx.to(dev), tails=[], masked=masked.to(dev), diag=None)
+        lay.update(short_before=None, masked=masked.to(dev), diag=None, empty_rows=False)
+    lay["idx"] = idx.contiguous().to(dev)
+    lay["flat"] = (idx + torch.arange(heads)[:, None, None] * nb).contiguous().to(dev)
     if len(_LAYOUTS) > 64:
         _LAYOUTS.clear()
-    _LAYOUTS[id(plan)] = (plan, lay)
+    _LAYOUTS[(id(plan), heads)] = (plan, lay)
     return lay
 
 
@@ -159,11 +171,13 @@ def _put_rows(tb: torch.Tensor, index: torch.Tensor, rng, lo: int, hi: int, valu
         tb[:, :, index[lo:hi]] = value
 
 
-def _gather(tb: torch.Tensor, ic: torch.Tensor, extra: torch.Tensor | None) -> torch.Tensor:
-    """Key blocks ic (c, K) of tb (B, H, nb, bs, Dh) -> (B, H, c, [E +] K*bs, Dh)."""
-    b, h, _, bs, d = tb.shape
-    c, kk = ic.shape
-    g = tb.index_select(2, ic.reshape(-1)).view(b, h, c, kk * bs, d)
+def _gather(tb: torch.Tensor, flat: torch.Tensor, lo: int, hi: int, extra: torch.Tensor | None) -> torch.Tensor:
+    """Key blocks of rows lo:hi, each head its own: tb (B, H, nb, bs, Dh), flat (H, R, K) head-major block
+    indices -> (B, H, c, [E +] K*bs, Dh)."""
+    b, h, nb, bs, d = tb.shape
+    _, _, kk = flat.shape
+    c = hi - lo
+    g = tb.view(b, h * nb, bs, d).index_select(1, flat[:, lo:hi].reshape(-1)).view(b, h, c, kk * bs, d)
     if extra is None:
         return g
     e = extra.to(g.dtype)[None, :, None].expand(b, h, c, extra.shape[1], d)
@@ -171,33 +185,35 @@ def _gather(tb: torch.Tensor, ic: torch.Tensor, extra: torch.Tensor | None) -> t
 
 
 def _chunk_probs(qc, kc, lay, lo, hi, pad_g, e, bs):
-    """Softmax probabilities of rows lo:hi (B, H, c, bs, E + K*bs) and their dead-row flags (or None)."""
+    """Softmax probabilities of rows lo:hi (B, H, c, bs, E + K*bs) and their dead-row flags (or None).
+    qc is already scaled."""
     s = torch.matmul(qc, kc.transpose(-1, -2))
     neg = torch.finfo(s.dtype).min
     if lay["diag"] is not None:
         s[..., e : e + bs].masked_fill_(lay["diag"], neg)
-    for i, cnt in lay["tails"]:
-        if lo <= i < hi:
-            s[:, :, i - lo, :, e + cnt * bs :] = neg
+    short = lay["short_before"]
+    if short is not None and short[hi] > short[lo]:
+        # rows with fewer valid blocks than K in some head: mask their filler slots (filler is last)
+        tail = lay["slot"] >= lay["counts"][:, lo:hi, None, None]  # (H, c, 1, K*bs)
+        s[..., e:].masked_fill_(tail, neg)
     if lay["masked"] is not None:
-        s[..., e:].masked_fill_(lay["masked"][lo:hi][None, None], neg)
+        s[..., e:].masked_fill_(lay["masked"][:, lo:hi], neg)
     dead = None
     if pad_g is not None:
-        s[..., e:].masked_fill_(pad_g[:, lo:hi][:, None, :, None, :], neg)
-    if not e and (pad_g is not None or lay["masked"] is not None):
+        s[..., e:].masked_fill_(pad_g[:, :, lo:hi, None, :], neg)
+    if not e and (pad_g is not None or lay["masked"] is not None or lay["empty_rows"]):
         dead = s.amax(-1, keepdim=True) == neg
         dead = dead if bool(dead.any()) else None
     return torch.softmax(s, dim=-1), dead
 
 
-def _dense_probs(qd, kd, plan, dense, pad, e, bs):
-    """Dense rows: qd (B, H, 1, G*bs, Dh) over all keys kd (B, H, 1, E + L, Dh)."""
+def _dense_probs(qd, kd, plan, q_pos, pad, e):
+    """Dense rows: queries qd (B, H, 1, Q, Dh) at positions q_pos (Q,) over all keys kd (B, H, 1, E + L, Dh)."""
     s = torch.matmul(qd, kd.transpose(-1, -2))
     neg = torch.finfo(s.dtype).min
     length = kd.shape[3] - e
     if plan.causal:
-        q_pos = (dense[:, None] * bs + torch.arange(bs, device=qd.device)).reshape(-1, 1)
-        s[..., e:].masked_fill_(torch.arange(length, device=qd.device) > q_pos, neg)
+        s[..., e:].masked_fill_(torch.arange(length, device=qd.device) > q_pos[:, None], neg)
     dead = None
     if pad is not None:
         s[..., e:].masked_fill_(pad[:, None, None, None, :], neg)
@@ -205,6 +221,14 @@ def _dense_probs(qd, kd, plan, dense, pad, e, bs):
         dead = s.amax(-1, keepdim=True) == neg
         dead = dead if bool(dead.any()) else None
     return torch.softmax(s, dim=-1), dead
+
+
+def _dense_tasks(plan: BlockSparsePlan, b: int, h: int, keys: int, itemsize: int, chunk_bytes: int) -> list:
+    """("d", block, first query, last query): the dense rows (global query blocks) cut into pieces of
+    query rows whose scores over all keys fit ``chunk_bytes``, so no L x block temporary is built."""
+    bs = plan.block_size
+    rows = max(1, min(bs, chunk_bytes // max(1, b * h * keys * itemsize)))
+    return [("d", int(blk), lo, min(bs, lo + rows)) for blk in plan.dense_rows.tolist() for lo in range(0, bs, rows)]
 
 
 class _BlockSparseAttention(torch.autograd.Function):
@@ -237,40 +261,49 @@ def _chunks(plan: BlockSparsePlan, lay: dict, b: int, h: int, e: int, itemsize: 
     return [(j, lo, min(r, lo + c)) for j, lo in enumerate(range(0, r, c))]
 
 
+def _pad_gathered(pad, lay, b, nb, bs):
+    """Key padding of every head's gathered keys: (B, H, R, K*bs) bool, or None."""
+    if pad is None:
+        return None
+    idx = lay["idx"]
+    h, r, kk = idx.shape
+    return pad.view(b, nb, bs)[:, idx].reshape(b, h, r, kk * bs)
+
+
 def _forward(q, k, v, extra_k, extra_v, plan, pad, scale, chunk_bytes, keep_probs, workers):
     b, h, length, d = q.shape
     bs, nb = plan.block_size, plan.num_blocks
-    lay = _layout(plan)
+    lay = _layout(plan, h)
     e = 0 if extra_k is None else extra_k.shape[1]
-    qs = q * scale
     out = torch.empty_like(q)
-    qb, kb, vb, ob = (t.view(b, h, nb, bs, d) for t in (qs, k, v, out))
-    rows, rng, idx = plan.row_blocks, lay["rows_range"], lay["idx"]
+    qb, kb, vb, ob = (t.view(b, h, nb, bs, d) for t in (q, k, v, out))
+    rows, rng, flat = plan.row_blocks, lay["rows_range"], lay["flat"]
     dense = plan.dense_rows
     chunks = _chunks(plan, lay, b, h, e, q.element_size(), chunk_bytes) if rows.numel() else []
-    tasks = [("d", i) for i in range(dense.numel())] + [("s", *c) for c in chunks]
+    dtasks = _dense_tasks(plan, b, h, e + length, q.element_size(), chunk_bytes)
+    tasks = [(*t, i) for i, t in enumerate(dtasks)] + [("s", *c) for c in chunks]
     probs: dict | None = None
     if keep_probs:
         probs = {"rows": [None] * len(chunks), "dead": [None] * len(chunks),
-                 "dense": [None] * dense.numel(), "dense_dead": [None] * dense.numel()}
-    pad_g = None if pad is None or not chunks else pad.view(b, nb, bs)[:, idx].reshape(b, idx.shape[0], -1)
+                 "dense": [None] * len(dtasks), "dense_dead": [None] * len(dtasks)}
+    pad_g = _pad_gathered(pad, lay, b, nb, bs) if chunks else None
     kd = _extra_all(k, extra_k) if dense.numel() else None
     vd = _extra_all(v, extra_v) if dense.numel() else None
 
     def work(part, _):
         for task in part:
             if task[0] == "d":
-                i = task[1]
-                blk = dense[i : i + 1]
-                p, dead = _dense_probs(qb[:, :, blk], kd, plan, blk, pad, e, bs)
-                ob[:, :, blk] = torch.matmul(p, vd)
+                _, blk, lo, hi, i = task
+                q_pos = torch.arange(blk * bs + lo, blk * bs + hi, device=q.device)
+                p, dead = _dense_probs(qb[:, :, blk : blk + 1, lo:hi] * scale, kd, plan, q_pos, pad, e)
+                ob[:, :, blk, lo:hi] = torch.matmul(p, vd)[:, :, 0]
                 if probs is not None:
                     probs["dense"][i], probs["dense_dead"][i] = p, dead
                 continue
             _, j, lo, hi = task
-            ic = idx[lo:hi]
-            p, dead = _chunk_probs(_rows(qb, rows, rng, lo, hi), _gather(kb, ic, extra_k), lay, lo, hi, pad_g, e, bs)
-            _put_rows(ob, rows, rng, lo, hi, torch.matmul(p, _gather(vb, ic, extra_v)))
+            qc = _rows(qb, rows, rng, lo, hi) * scale
+            p, dead = _chunk_probs(qc, _gather(kb, flat, lo, hi, extra_k), lay, lo, hi, pad_g, e, bs)
+            _put_rows(ob, rows, rng, lo, hi, torch.matmul(p, _gather(vb, flat, lo, hi, extra_v)))
             if probs is not None:
                 probs["rows"][j], probs["dead"][j] = p, dead
 
@@ -299,86 +332,114 @@ def _chunk_grads(p, dead, qc, kc, vc, doc, deltac):
 def _backward(q, k, v, extra_k, extra_v, out, dout, plan, pad, scale, chunk_bytes, needs, probs, workers):
     b, h, length, d = q.shape
     bs, nb = plan.block_size, plan.num_blocks
-    lay = _layout(plan)
+    lay = _layout(plan, h)
     e = 0 if extra_k is None else extra_k.shape[1]
-    qs = q * scale
-    delta = (dout * out).sum(-1, keepdim=True)  # (B, H, L, 1)
-    dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
+    # rowsum(dO * O), (B, H, L, 1), without an L x Dh temporary
+    delta = torch.matmul(dout.unsqueeze(-2), out.unsqueeze(-1))[..., 0]
+    dq = torch.empty_like(q)  # every query row is written once: by its sparse chunk or its dense piece
+    dk, dv = torch.zeros_like(k), torch.zeros_like(v)
     dek = None if extra_k is None else q.new_zeros(b, *extra_k.shape)
     dev_ = None if extra_v is None else q.new_zeros(b, *extra_v.shape)
-    qb, kb, vb, dob, dqb, dkb, dvb = (t.view(b, h, nb, bs, d) for t in (qs, k, v, dout, dq, dk, dv))
+    qb, kb, vb, dob, dqb = (t.view(b, h, nb, bs, d) for t in (q, k, v, dout, dq))
+    dk_heads, dv_heads = dk.view(b, h * nb, bs, d), dv.view(b, h * nb, bs, d)
     deltab = delta.view(b, h, nb, bs, 1)
-    rows, rng, idx = plan.row_blocks, lay["rows_range"], lay["idx"]
+    rows, rng, flat = plan.row_blocks, lay["rows_range"], lay["flat"]
 
     dense = plan.dense_rows
     chunks = _chunks(plan, lay, b, h, e, q.element_size(), chunk_bytes) if rows.numel() else []
-    tasks = [("d", i) for i in range(dense.numel())] + [("s", *c) for c in chunks]
+    dtasks = _dense_tasks(plan, b, h, e + length, q.element_size(), chunk_bytes)
+    tasks = [(*t, i) for i, t in enumerate(dtasks)] + [("s", *c) for c in chunks]
     nparts = max(1, min(workers, len(tasks)))
-    # dK/dV targets: part 0 accumulates into dk/dv, the others into their own buffers (summed below)
-    acc = [(dk, dv, dek, dev_)] + [
-        (torch.zeros_like(dk), torch.zeros_like(dv), None if dek is None else torch.zeros_like(dek),
-         None if dev_ is None else torch.zeros_like(dev_))
-        for _ in range(nparts - 1)
-    ]
+    # dK/dV: one buffer shared by the workers (per-worker copies would double the gradient memory). The
+    # accumulations run in task order, one at a time (a turnstile), so the sums are bitwise the same for
+    # any number of workers; a worker holds at most one chunk's gradients while it waits its turn.
+    turn = threading.Condition()
+    next_task, failed = [0], [False]
 
-    def split_extra(gk, gv, dek_, dev__):
+    @contextlib.contextmanager
+    def in_order(t: int):
+        with turn:
+            turn.wait_for(lambda: next_task[0] == t or failed[0])
+            if failed[0]:
+                raise RuntimeError("another block-sparse backward worker failed")
+        try:
+            yield
+        finally:
+            with turn:
+                next_task[0] = t + 1
+                turn.notify_all()
+
+    def fail() -> None:
+        with turn:
+            failed[0] = True
+            turn.notify_all()
+
+    def split_extra(gk, gv):
         if e:
-            dek_.add_(gk[:, :, :, :e].sum(2))
-            dev__.add_(gv[:, :, :, :e].sum(2))
+            dek.add_(gk[:, :, :, :e].sum(2))
+            dev_.add_(gv[:, :, :, :e].sum(2))
             gk, gv = gk[:, :, :, e:], gv[:, :, :, e:]
         return gk, gv
 
-    pad_g = None if pad is None or not chunks else pad.view(b, nb, bs)[:, idx].reshape(b, idx.shape[0], -1)
+    pad_g = _pad_gathered(pad, lay, b, nb, bs) if chunks else None
     kd = _extra_all(k, extra_k) if dense.numel() else None
     vd = _extra_all(v, extra_v) if dense.numel() else None
 
-    def work(part, w):
-        dk_, dv_, dek_, dev__ = acc[w]
-        dkb_, dvb_ = dk_.view(b, h, nb, bs, d), dv_.view(b, h, nb, bs, d)
-        for task in part:
-            if task[0] == "d":
-                i = task[1]
-                blk = dense[i : i + 1]
-                qd = qb[:, :, blk]
-                if probs is not None:
-                    p, dead = probs["dense"][i], probs["dense_dead"][i]
-                    probs["dense"][i] = None
-                else:
-                    p, dead = _dense_probs(qd, kd, plan, blk, pad, e, bs)
-                gq, gk, gv = _chunk_grads(p, dead, qd, kd, vd, dob[:, :, blk], deltab[:, :, blk])
-                del p
-                dqb[:, :, blk] = gq
-                gk, gv = split_extra(gk, gv, dek_, dev__)
-                dk_.add_(gk[:, :, 0])
-                dv_.add_(gv[:, :, 0])
-                continue
-            _, j, lo, hi = task
-            ic = idx[lo:hi]
-            qc, kc = _rows(qb, rows, rng, lo, hi), _gather(kb, ic, extra_k)
-            if probs is not None:
-                p, dead = probs["rows"][j], probs["dead"][j]
-                probs["rows"][j] = None  # free as we go
-            else:
-                p, dead = _chunk_probs(qc, kc, lay, lo, hi, pad_g, e, bs)
-            gq, gk, gv = _chunk_grads(
-                p, dead, qc, kc, _gather(vb, ic, extra_v), _rows(dob, rows, rng, lo, hi),
-                _rows(deltab, rows, rng, lo, hi),
-            )
-            del p
-            _put_rows(dqb, rows, rng, lo, hi, gq)
-            gk, gv = split_extra(gk, gv, dek_, dev__)
-            flat = ic.reshape(-1)
-            n = hi - lo
-            dkb_.index_add_(2, flat, gk.reshape(b, h, n * lay["K"], bs, d))
-            dvb_.index_add_(2, flat, gv.reshape(b, h, n * lay["K"], bs, d))
+    def work(part, _):
+        try:
+            for t, task in part:
+                one(t, task)
+        except BaseException:
+            fail()  # release the workers waiting for this one's turn
+            raise
 
-    _run_parts(work, tasks, nparts)
-    for dk_, dv_, dek_, dev__ in acc[1:]:
-        dk.add_(dk_)
-        dv.add_(dv_)
-        if e:
-            dek.add_(dek_)
-            dev_.add_(dev__)
+    def one(t, task):
+        if task[0] == "d":
+            _, blk, lo, hi, i = task
+            qd = qb[:, :, blk : blk + 1, lo:hi] * scale  # (B, H, 1, Q, Dh)
+            if probs is not None:
+                p, dead = probs["dense"][i], probs["dense_dead"][i]
+                probs["dense"][i] = None
+            else:
+                q_pos = torch.arange(blk * bs + lo, blk * bs + hi, device=q.device)
+                p, dead = _dense_probs(qd, kd, plan, q_pos, pad, e)
+            doc = dob[:, :, blk : blk + 1, lo:hi]
+            ds = torch.matmul(doc, vd.transpose(-1, -2))
+            ds.sub_(deltab[:, :, blk : blk + 1, lo:hi]).mul_(p)
+            if dead is not None:
+                ds.masked_fill_(dead, 0.0)
+            dqb[:, :, blk, lo:hi] = torch.matmul(ds, kd)[:, :, 0]
+            n = hi - lo
+            # dK += dS^T Q and dV += P^T dO accumulate in place: no (L x Dh) temporary per piece.
+            with in_order(t):
+                pt, dst = p[:, :, 0, :, e:].transpose(-1, -2), ds[:, :, 0, :, e:].transpose(-1, -2)
+                dv.view(b * h, length, d).baddbmm_(pt.reshape(b * h, length, n), doc.reshape(b * h, n, d))
+                dk.view(b * h, length, d).baddbmm_(dst.reshape(b * h, length, n), qd.reshape(b * h, n, d))
+                if e:
+                    dev_.add_(torch.matmul(p[:, :, 0, :, :e].transpose(-1, -2), doc[:, :, 0]))
+                    dek.add_(torch.matmul(ds[:, :, 0, :, :e].transpose(-1, -2), qd[:, :, 0]))
+            return
+        _, j, lo, hi = task
+        qc, kc = _rows(qb, rows, rng, lo, hi) * scale, _gather(kb, flat, lo, hi, extra_k)
+        if probs is not None:
+            p, dead = probs["rows"][j], probs["dead"][j]
+            probs["rows"][j] = None  # free as we go
+        else:
+            p, dead = _chunk_probs(qc, kc, lay, lo, hi, pad_g, e, bs)
+        gq, gk, gv = _chunk_grads(
+            p, dead, qc, kc, _gather(vb, flat, lo, hi, extra_v), _rows(dob, rows, rng, lo, hi),
+            _rows(deltab, rows, rng, lo, hi),
+        )
+        del p, kc
+        _put_rows(dqb, rows, rng, lo, hi, gq)
+        index = flat[:, lo:hi].reshape(-1)
+        n = index.numel()
+        with in_order(t):
+            gk, gv = split_extra(gk, gv)
+            dk_heads.index_add_(1, index, gk.reshape(b, n, bs, d))
+            dv_heads.index_add_(1, index, gv.reshape(b, n, bs, d))
+
+    _run_parts(work, list(enumerate(tasks)), nparts)
     dq.mul_(scale)
     return (
         dq if needs[0] else None,
@@ -400,7 +461,7 @@ def blocked_blocksparse_attention(
     extra_v: torch.Tensor | None = None,
     scale: float | None = None,
     chunk_bytes: int = DEFAULT_CHUNK_BYTES,
-    save_probs: bool = True,
+    save_probs: bool = False,
     workers: int | None = None,
 ) -> torch.Tensor:
     """Drop-in for ``blocksparse_attention`` (same arguments, same result) with a chunked forward and a
@@ -415,6 +476,7 @@ def blocked_blocksparse_attention(
             f"sequence of {length} positions does not match a plan of {plan.num_blocks} blocks of "
             f"{plan.block_size}"
         )
+    check_plan_heads(plan, h)
     scale = d**-0.5 if scale is None else float(scale)
     pad = None if key_padding_mask is None else key_padding_mask.to(torch.bool)
     tensors = [t for t in (q, k, v, extra_k, extra_v) if t is not None]

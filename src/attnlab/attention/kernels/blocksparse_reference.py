@@ -6,17 +6,19 @@ tables, Triton, ...) can live beside this file and be tested against it.
 
 Plan layout (``BlockSparsePlan``), for a sequence padded to ``num_blocks * block_size`` positions:
 
-- ``row_blocks`` (R,) long: query blocks computed block-sparsely, in any order.
-- ``key_blocks`` (R, K) long: for row ``r``, the key blocks that query block ``row_blocks[r]`` attends to;
-  K is the largest count over rows. Entries where ``key_valid`` is False are filler and are masked.
-  Valid entries of a row are distinct (a duplicated block would be counted twice by the softmax).
-- ``key_valid`` (R, K) bool.
+- ``row_blocks`` (R,) long: query blocks computed block-sparsely, in any order (the same for every head).
+- ``key_blocks`` (P, R, K) long: for plan head ``p`` and row ``r``, the key blocks that query block
+  ``row_blocks[r]`` attends to in that head; P is 1 (one plan shared by every head) or the number of heads
+  (one plan per head, as the official BigBird code draws them). K is the largest count over heads and rows.
+  Entries where ``key_valid`` is False are filler and are masked. Valid entries of a row are distinct (a
+  duplicated block would be counted twice by the softmax).
+- ``key_valid`` (P, R, K) bool.
 - ``dense_rows`` (G,) long: query blocks that attend to every key (bidirectional global blocks); they are
   computed as dense rows, O(block * L) each.
 - ``causal``: an element-level mask ``key position <= query position`` is applied on top of the tables,
   which matters only inside diagonal blocks when every other listed block is in the past.
 
-The plan is shared by every batch row and head.
+The plan is shared by every batch row; per head when P > 1.
 """
 
 from __future__ import annotations
@@ -42,14 +44,22 @@ class BlockSparsePlan:
             self.key_blocks.to(device), self.key_valid.to(device), self.dense_rows.to(device),
         )
 
+    @property
+    def plan_heads(self) -> int:
+        """P: 1 when every head shares the plan, else the number of heads."""
+        return self.key_blocks.shape[0]
+
     def block_mask(self) -> torch.Tensor:
-        """(num_blocks, num_blocks) bool: query block i may attend key block j (before the causal mask)."""
-        n = self.num_blocks
-        m = torch.zeros(n, n, dtype=torch.bool, device=self.key_blocks.device)
+        """(P, num_blocks, num_blocks) bool: in plan head p, query block i may attend key block j (before
+        the causal mask)."""
+        n, p = self.num_blocks, self.plan_heads
+        m = torch.zeros(p, n, n, dtype=torch.bool, device=self.key_blocks.device)
         if self.row_blocks.numel():
-            rows = self.row_blocks[:, None].expand_as(self.key_blocks)
-            m[rows[self.key_valid], self.key_blocks[self.key_valid]] = True
-        m[self.dense_rows] = True
+            heads = torch.arange(p, device=m.device)[:, None, None].expand_as(self.key_blocks)
+            rows = self.row_blocks[None, :, None].expand_as(self.key_blocks)
+            v = self.key_valid
+            m[heads[v], rows[v], self.key_blocks[v]] = True
+        m[:, self.dense_rows] = True
         return m
 
 
@@ -118,11 +128,19 @@ def _with_extra_columns(allowed: torch.Tensor, extra: int) -> torch.Tensor:
 
 
 def _gather_blocks(t: torch.Tensor, index: torch.Tensor, block_size: int) -> torch.Tensor:
-    """t (B, H, nb*bs, Dh), index (R, K) -> (B, H, R, K*bs, Dh)."""
+    """t (B, H, nb*bs, Dh), index (P, R, K) with P in (1, H) -> (B, H, R, K*bs, Dh)."""
     b, h, length, d = t.shape
     tb = t.view(b, h, length // block_size, block_size, d)
-    r, kk = index.shape
-    return tb[:, :, index].reshape(b, h, r, kk * block_size, d)
+    p, r, kk = index.shape
+    if p == 1:
+        return tb[:, :, index[0]].reshape(b, h, r, kk * block_size, d)
+    heads = torch.arange(h, device=t.device)[:, None, None]
+    return tb[:, heads, index].reshape(b, h, r, kk * block_size, d)
+
+
+def check_plan_heads(plan: BlockSparsePlan, heads: int) -> None:
+    if plan.plan_heads not in (1, heads):
+        raise ValueError(f"a plan with {plan.plan_heads} head plans cannot serve {heads} heads (needs 1 or {heads})")
 
 
 def blocksparse_attention(
@@ -146,6 +164,7 @@ def blocksparse_attention(
     bs, nb = plan.block_size, plan.num_blocks
     if length != nb * bs:
         raise ValueError(f"sequence of {length} positions does not match a plan of {nb} blocks of {bs}")
+    check_plan_heads(plan, h)
     scale = d**-0.5 if scale is None else scale
     dev = q.device
     out = q.new_zeros(b, h, nb, bs, d)
@@ -154,30 +173,21 @@ def blocksparse_attention(
 
     rows = plan.row_blocks
     if rows.numel():
-        idx = plan.key_blocks
-        r, kk = idx.shape
-        allowed = plan.key_valid[:, None, :, None].expand(r, 1, kk, bs).reshape(r, 1, kk * bs)
+        idx = plan.key_blocks  # (P, R, K)
+        ph, r, kk = idx.shape
+        allowed = plan.key_valid[:, :, None, :, None].expand(ph, r, 1, kk, bs).reshape(ph, r, 1, kk * bs)
         if plan.causal:
             q_pos = (rows[:, None] * bs + offs)[:, :, None]  # (R, bs, 1)
-            k_pos = (idx[:, :, None] * bs + offs).reshape(r, 1, kk * bs)
+            k_pos = (idx[:, :, :, None] * bs + offs).reshape(ph, r, 1, kk * bs)
             allowed = allowed & (k_pos <= q_pos)
-        allowed = allowed[None, None]  # (1, 1, R, bs|1, K*bs)
+        allowed = allowed[None]  # (1, P, R, bs|1, K*bs)
         if key_padding_mask is not None:
-            pad = key_padding_mask.view(b, nb, bs)[:, idx].reshape(b, r, kk * bs)
-            allowed = allowed & ~pad[:, None, :, None, :]
+            pad = key_padding_mask.view(b, nb, bs)[:, idx].reshape(b, ph, r, 1, kk * bs)
+            allowed = allowed & ~pad
         p = gathered_probs(qb[:, :, rows], _gather_blocks(k, idx, bs), allowed, scale, extra_k)
         out = out.index_copy(2, rows, apply_gathered(p, _gather_blocks(v, idx, bs), extra_v))
         if weights is not None:
-            e = 0 if extra_k is None else extra_k.shape[1]
-            key_cols = (idx[:, :, None] * bs + offs).reshape(r, kk * bs) + e
-            key_cols = torch.cat([torch.arange(e, device=dev).expand(r, e), key_cols], dim=1)
-            mask = _with_extra_columns(allowed.expand(-1, -1, -1, bs, -1), e)
-            weights.append(GatheredWeights(
-                probs=p.reshape(b, h, r * bs, e + kk * bs),
-                allowed=mask.reshape(mask.shape[0], 1, r * bs, e + kk * bs),
-                query_index=(rows[:, None] * bs + offs).reshape(-1),
-                key_index=key_cols.repeat_interleave(bs, dim=0),
-            ))
+            weights.append(_union_weights(p, allowed, idx, plan.key_valid, rows, bs, nb, extra_k))
 
     dense = plan.dense_rows
     if dense.numel():
@@ -232,19 +242,59 @@ def blocksparse_attention_at(
     rows = row_of_block[positions // bs]
     if bool((rows < 0).any()):
         raise ValueError("a query position falls in a dense row of the plan; decode with a causal plan")
-    idx = plan.key_blocks[rows]  # (n, K)
-    kk = idx.shape[1]
+    check_plan_heads(plan, h)
+    idx = plan.key_blocks[:, rows]  # (P, n, K)
+    ph, _, kk = idx.shape
     offs = torch.arange(bs, device=dev)
-    allowed = plan.key_valid[rows][:, :, None].expand(n, kk, bs).reshape(n, 1, kk * bs)
+    allowed = plan.key_valid[:, rows][:, :, :, None].expand(ph, n, kk, bs).reshape(ph, n, 1, kk * bs)
     if plan.causal:
-        k_pos = (idx[:, :, None] * bs + offs).reshape(n, 1, kk * bs)
+        k_pos = (idx[:, :, :, None] * bs + offs).reshape(ph, n, 1, kk * bs)
         allowed = allowed & (k_pos <= positions[:, None, None])
-    allowed = allowed[None, None]
+    allowed = allowed[None]  # (1, P, n, 1, K*bs)
     if key_padding_mask is not None:
-        pad = key_padding_mask.view(b, plan.num_blocks, bs)[:, idx].reshape(b, n, kk * bs)
-        allowed = allowed & ~pad[:, None, :, None, :]
+        pad = key_padding_mask.view(b, plan.num_blocks, bs)[:, idx].reshape(b, ph, n, 1, kk * bs)
+        allowed = allowed & ~pad
     o = attend_gathered(
         q[:, :, :, None], _gather_blocks(k, idx, bs), _gather_blocks(v, idx, bs), allowed, scale,
         extra_k, extra_v,
     )
     return o[:, :, :, 0]
+
+
+def _union_weights(p, allowed, idx, valid, rows, bs, nb, extra_k) -> GatheredWeights:
+    """The sparse rows' weights for recording, over the union of the key blocks of every head.
+
+    p (B, H, R, bs, E + K*bs) as computed; allowed (B|1, P, R, bs|1, K*bs); idx, valid (P, R, K). Each head's
+    weights are scattered (not recomputed) into the union's columns; columns outside a head's plan get
+    weight 0 and allowed False in that head. With one shared plan the union is the plan itself."""
+    dev = p.device
+    b, h, r = p.shape[:3]
+    ph, _, kk = idx.shape
+    e = 0 if extra_k is None else extra_k.shape[1]
+    offs = torch.arange(bs, device=dev)
+    member = torch.zeros(r, nb, dtype=torch.bool, device=dev)
+    heads_rows = torch.arange(r, device=dev)[None, :, None].expand_as(idx)
+    member[heads_rows[valid], idx[valid]] = True
+    counts = member.sum(1)
+    ku = max(1, int(counts.max()))
+    union = torch.sort((~member).to(torch.int8), dim=1, stable=True).indices[:, :ku]  # (R, Ku), members first
+    slot = torch.zeros(r, nb, dtype=torch.long, device=dev)
+    slot.scatter_(1, union, torch.arange(ku, device=dev).expand(r, ku))
+    pos = torch.where(valid, slot[heads_rows, idx], ku)  # filler entries go to a dump block, cropped below
+    cols = (pos[:, :, None, :, None] * bs + offs).reshape(ph, r, 1, kk * bs)
+    width = (ku + 1) * bs
+    probs = p.new_zeros(b, h, r, bs, width)
+    probs.scatter_(-1, cols.expand(h, r, bs, kk * bs).expand(b, -1, -1, -1, -1), p[..., e:])
+    allowed = allowed.expand(-1, -1, -1, bs, -1)
+    mask = torch.zeros(*allowed.shape[:-1], width, dtype=torch.bool, device=dev)
+    mask.scatter_(-1, cols.expand(ph, r, bs, kk * bs).expand(allowed.shape[0], -1, -1, -1, -1), allowed)
+    probs = torch.cat([p[..., :e], probs[..., : ku * bs]], dim=-1)
+    mask = _with_extra_columns(mask[..., : ku * bs], e)
+    key_cols = (union[:, :, None] * bs + offs).reshape(r, ku * bs) + e
+    key_cols = torch.cat([torch.arange(e, device=dev).expand(r, e), key_cols], dim=1)
+    return GatheredWeights(
+        probs=probs.reshape(b, h, r * bs, e + ku * bs),
+        allowed=mask.reshape(mask.shape[0], ph, r * bs, e + ku * bs),
+        query_index=(rows[:, None] * bs + offs).reshape(-1),
+        key_index=key_cols.repeat_interleave(bs, dim=0),
+    )

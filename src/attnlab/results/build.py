@@ -1,0 +1,411 @@
+"""The table builder: group run records into a spec's rows, average over seeds, put the paper beside ours.
+
+Missing runs are "missing" cells and failed runs "failed (reason)" cells: a table is never stopped by a run
+that is not there, and never shows a 0 for it. Rendering is elsewhere (``attnlab.results.render``).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import math
+import statistics
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from attnlab.results.configs import config_groups, differing_keys
+from attnlab.results.errors import TableError
+from attnlab.results.loading import Corrupt, Loaded
+from attnlab.results.paper import NOT_FOUND, PaperTable, PaperTables, PaperTablesError
+from attnlab.results.spec import MetricSpec, RowSpec, TableSpec
+from attnlab.results.stats import Stat, summarize
+
+NOT_IN_PAPER = "—"
+
+
+def get_field(record: Mapping[str, Any], dotted: str) -> Any:
+    node: Any = record
+    for part in dotted.split("."):
+        if not isinstance(node, Mapping) or part not in node:
+            return None
+        node = node[part]
+    return node
+
+
+def _value_matches(actual: Any, wanted: Any) -> bool:
+    if isinstance(wanted, list):
+        return any(_value_matches(actual, w) for w in wanted)
+    if isinstance(wanted, str) and isinstance(actual, str) and any(c in wanted for c in "*?"):
+        return fnmatch.fnmatchcase(actual, wanted)
+    return actual == wanted
+
+
+def matches(record: Mapping[str, Any], filters: Mapping[str, Any]) -> bool:
+    return all(_value_matches(get_field(record, k), v) for k, v in filters.items())
+
+
+@dataclass
+class Cell:
+    kind: str  # ok | missing | failed | running | corrupt
+    stat: Stat | None = None
+    note: str = ""  # e.g. "+1 failed" beside a number, or the failure reason
+    values: list[float] = field(default_factory=list)  # one per seed behind ``stat`` (what claims test)
+    at_paper_scale: bool = False  # every run behind it is at the paper's scale: only then is a Δ meaningful
+
+
+@dataclass
+class PaperCell:
+    value: Any = None  # number or string as published (after paper_scale); None -> n/a
+    confidence: str | None = None
+    kind: str = "value"  # value | null | not_in_paper | not_found
+
+
+@dataclass
+class RowResult:
+    spec: RowSpec
+    used: list[Loaded]  # completed records behind the numbers, one per seed
+    failed: list[Loaded]
+    running: list[Loaded]
+    superseded: list[Loaded]  # older or failed records of a seed that has a better one
+    corrupt: list[Corrupt]
+    cells: list[Cell]
+    paper: list[PaperCell]
+    params: Stat | None
+    tokens_per_s: Stat | None
+    peak_mem_mb: Stat | None
+    wall_s: Stat | None
+
+
+@dataclass
+class BuiltTable:
+    spec: TableSpec
+    rows: list[RowResult]
+    paper_table: PaperTable | None
+    paper_found: bool
+    caption: str
+    footnotes: list[str]
+    corrupt_unplaced: list[Corrupt]
+
+    @property
+    def has_paper(self) -> bool:
+        return bool(self.spec.paper)
+
+    @property
+    def show_diff(self) -> bool:
+        """A Δ column only where some cell of ours is at the paper's scale (see :func:`diff_value`)."""
+        return self.has_paper and any(c.at_paper_scale for r in self.rows for c in r.cells)
+
+
+_STATUS_RANK = {"completed": 0, "running": 1, "failed": 2}
+
+
+def _pick_per_seed(records: list[Loaded], also_by: Sequence[str] = ()) -> tuple[list[Loaded], list[Loaded]]:
+    """One record per seed (completed before running before failed, then the newest); the rest superseded.
+
+    ``also_by``: further fields that tell runs of one row apart (the columns' match keys, e.g. task).
+    """
+    by_seed: dict[Any, list[Loaded]] = {}
+    for rec in records:
+        key = (rec.data.get("seed"), *(str(get_field(rec.data, f)) for f in also_by))
+        by_seed.setdefault(key, []).append(rec)
+    chosen, superseded = [], []
+    for seed in sorted(by_seed, key=lambda s: (s[0] is None, str(s))):
+        group = sorted(
+            by_seed[seed],
+            key=lambda r: (
+                _STATUS_RANK.get(r.data.get("status"), 3),
+                _neg_time(r.data.get("created")),
+                str(r.path),
+            ),
+        )
+        chosen.append(group[0])
+        superseded.extend(group[1:])
+    return chosen, superseded
+
+
+def _neg_time(created: Any) -> str:
+    # Sort newest first with a string key: invert each character of the ISO time.
+    return "".join(chr(0x10FFFF - ord(c)) for c in str(created or ""))
+
+
+def _metric_value(rec: Loaded, m: MetricSpec) -> float | None:
+    value = get_field(rec.data, f"metrics.{m.source}")
+    if not isinstance(value, Mapping):
+        return None
+    v = value.get(m.ours)
+    if v is None or isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+        return None
+    return float(v) * m.scale
+
+
+def one_line(text: str, limit: int = 80) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _cost_stat(records: list[Loaded], dotted: str) -> Stat | None:
+    vals = [get_field(r.data, dotted) for r in records]
+    return summarize([float(v) for v in vals if isinstance(v, (int, float)) and not isinstance(v, bool)])
+
+
+def _paper_cell(
+    spec: TableSpec, row: RowSpec, m: MetricSpec, papers: PaperTables, ptable: PaperTable | None
+) -> PaperCell:
+    if not spec.paper:
+        return PaperCell(kind="not_in_paper")
+    if not papers.found:
+        return PaperCell(kind="not_found")
+    if not row.paper_row or not m.paper_key or ptable is None:
+        return PaperCell(kind="not_in_paper")
+    value = ptable.value(row.paper_row, m.paper_key)
+    conf = ptable.cell_confidence_level(row.paper_row, m.paper_key)
+    if value is None:
+        return PaperCell(kind="null", confidence=conf)
+    pair = isinstance(value, str) and len(value.split("/")) == 2
+    if pair and m.paper_part is None:
+        raise TableError(
+            f"table {spec.name}: paper cell {row.paper_row}.{m.paper_key} holds two numbers ({value}); give the "
+            f"column {m.label!r} paper_part: 1 or 2 and the other number a column of its own"
+        )
+    if m.paper_part is not None:
+        if not pair:  # a single number is the first of the pair; the paper printed no second one
+            return PaperCell(value=value, confidence=conf) if m.paper_part == 1 else PaperCell(kind="not_in_paper")
+        try:
+            value = float(value.split("/")[m.paper_part - 1])
+        except ValueError:
+            return PaperCell(value=value.split("/")[m.paper_part - 1].strip(), confidence=conf)
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and m.paper_scale != 1:
+        value = float(f"{value * m.paper_scale:.12g}")  # 0.07 x 100 is 7.000000000000001 in binary
+    return PaperCell(value=value, confidence=conf)
+
+
+def build_table(
+    spec: TableSpec, records: list[Loaded], papers: PaperTables, corrupt: Sequence[Corrupt] = ()
+) -> BuiltTable:
+    """Group records into the spec's rows and compute every cell; never raises for missing data."""
+    ptable = None
+    if spec.paper and papers.found:
+        try:
+            ptable = papers.table(spec.paper, spec.table)
+            # A spec naming a row or metric the YAML lacks is a typo to fix, not a missing number.
+            for row in spec.rows:
+                if row.paper_row is not None and not ptable.has_row(row.paper_row):
+                    raise PaperTablesError(f"no row {row.paper_row!r} (rows: {', '.join(ptable.rows)})")
+            for m in spec.metrics:
+                if m.paper_key and m.paper_key not in ptable.metrics:
+                    raise PaperTablesError(f"no metric {m.paper_key!r} (metrics: {', '.join(ptable.metrics)})")
+        except PaperTablesError as exc:
+            raise TableError(
+                f"table {spec.name} ({spec.path or 'spec'}): paper {spec.paper}.{spec.table}: {exc}"
+            ) from exc
+
+    placed: set[Path] = set()
+    rows: list[RowResult] = []
+    for row in spec.rows:
+        filters = {**spec.match, **row.match}
+        mine = [r for r in records if matches(r.data, filters)]
+        bad = [c for c in corrupt if c.data is not None and matches(c.data, filters)]
+        placed.update(c.path for c in bad)
+        column_keys = sorted({k for m in spec.metrics for k in m.match})
+        chosen, superseded = _pick_per_seed(mine, column_keys)
+        row_used = [r for r in chosen if r.data.get("status") == "completed"]
+        cells = []
+        per_seed: dict[str, dict[Any, float]] = {}
+        for m in spec.metrics:
+            if m.mean_of is not None:
+                cells.append(_mean_cell(m, per_seed))
+                continue
+            mine_m = [r for r in chosen if matches(r.data, m.match)]
+            used = [r for r in mine_m if r.data.get("status") == "completed"]
+            failed = [r for r in mine_m if r.data.get("status") == "failed"]
+            running = [r for r in mine_m if r.data.get("status") == "running"]
+            _refuse_mixed_configs(spec, row, m, used)
+            scored = [(r, _metric_value(r, m)) for r in used]
+            per_seed[m.label] = {r.data.get("seed"): v for r, v in scored if v is not None}
+            values = [v for _, v in scored if v is not None]
+            extras = []
+            if failed:
+                extras.append(f"+{len(failed)} failed")
+            if running:
+                extras.append(f"+{len(running)} running")
+            if bad:
+                extras.append(f"+{len(bad)} corrupt")
+            if len(values) < len(used):
+                extras.append(f"{len(used) - len(values)} without {m.ours}")
+            if values:
+                at_paper = all(r.data.get("scale") == "paper" for r, v in scored if v is not None)
+                cells.append(Cell("ok", summarize(values), ", ".join(extras), values, at_paper))
+            elif failed:
+                cells.append(Cell("failed", note=one_line(failed[0].data.get("error") or "no reason recorded")))
+            elif running:
+                cells.append(Cell("running"))
+            elif bad:
+                cells.append(Cell("corrupt"))
+            else:
+                cells.append(Cell("missing", note=f"no {m.ours} in record" if used else ""))
+        paper = [_paper_cell(spec, row, m, papers, ptable) for m in spec.metrics]
+        used = row_used
+        rows.append(
+            RowResult(
+                spec=row,
+                used=used,
+                failed=[r for r in chosen if r.data.get("status") == "failed"],
+                running=[r for r in chosen if r.data.get("status") == "running"],
+                superseded=superseded,
+                corrupt=bad,
+                cells=cells,
+                paper=paper,
+                params=_cost_stat(used, "params.total"),
+                tokens_per_s=_cost_stat(used, "cost.tokens_per_s"),
+                peak_mem_mb=_cost_stat(used, "cost.peak_mem_mb"),
+                wall_s=_cost_stat(used, "cost.wall_s"),
+            )
+        )
+    unplaced = [c for c in corrupt if c.path not in placed]
+    return BuiltTable(
+        spec=spec,
+        rows=rows,
+        paper_table=ptable,
+        paper_found=papers.found,
+        caption=_caption(spec, rows, ptable, papers),
+        footnotes=_footnotes(spec, ptable, papers),
+        corrupt_unplaced=unplaced,
+    )
+
+
+def _refuse_mixed_configs(spec: TableSpec, row: RowSpec, m: MetricSpec, used: list[Loaded]) -> None:
+    """TableError when the runs of one cell differ in anything but the seed (they are not seeds of one run)."""
+    groups = config_groups([r.config for r in used])
+    if len(groups) < 2:
+        return
+    first, other = used[groups[0][0]], used[groups[1][0]]
+    keys = differing_keys(first.config, other.config)
+    shown = "; ".join(f"{k}: {first.config[k]!r} vs {other.config[k]!r}" for k in keys[:3])
+    raise TableError(
+        f"table {spec.name}, row {row.label!r}, {m.label}: its runs are {len(groups)} different configurations, "
+        f"not seeds of one ({shown}{'; ...' if len(keys) > 3 else ''}; e.g. {first.path} and {other.path}); "
+        "a cell pools one configuration: remove the other runs from runs=, or give each its own row"
+    )
+
+
+def _mean_cell(m: MetricSpec, per_seed: Mapping[str, Mapping[Any, float]]) -> Cell:
+    """The mean of other columns, per seed, over the seeds that every component has."""
+    groups = [item if isinstance(item, list) else [item] for item in m.mean_of or []]
+    seeds = None
+    for label in (lab for g in groups for lab in g):
+        have = set(per_seed.get(label, {}))
+        seeds = have if seeds is None else seeds & have
+    if not seeds:
+        labels = [lab for g in groups for lab in g]
+        lacking = [lab for lab in labels if not per_seed.get(lab)]
+        if len(lacking) == len(labels):
+            return Cell("missing")
+        note = f"needs every column; none for {', '.join(lacking)}" if lacking else "no seed common to all columns"
+        return Cell("missing", note=note)
+    values = [
+        statistics.fmean(statistics.fmean(per_seed[lab][seed] for lab in g) for g in groups)
+        for seed in sorted(seeds, key=str)
+    ]
+    return Cell("ok", summarize(values), values=values)  # no Δ: the paper's average is over other tasks
+
+
+def _distinct(values: Iterable[Any]) -> list[str]:
+    return sorted({str(v) for v in values if v is not None})
+
+
+# Command-line keys that pick the row, the seed, the scale, the hardware or where things go: every table
+# varies or states these already, so the caption lists only the other overrides (e.g. trainer.max_steps=800).
+_ROW_KEYS_IN_COMMANDS = ("experiment", "seed", "scale", "hardware", "paths.", "hydra", "logger", "+logger")
+
+
+def _extra_overrides(command: Any) -> list[str]:
+    if not isinstance(command, str):
+        return []
+    out = []
+    for token in command.split():
+        key = token.split("=", 1)[0].lstrip("+~")
+        if "=" in token and not token.startswith("-") and not key.startswith(_ROW_KEYS_IN_COMMANDS):
+            out.append(token)
+    return out
+
+
+def _caption(spec: TableSpec, rows: list[RowResult], ptable: PaperTable | None, papers: PaperTables) -> str:
+    used = [r for row in rows for r in row.used]
+    parts = []
+    if used:
+        counts = sorted({len(row.used) for row in rows if row.used})
+        seeds = str(counts[0]) if len(counts) == 1 else f"{counts[0]} to {counts[-1]}"
+        parts.append(
+            f"Ours: mean ± sample std over {seeds} seed(s) per row (n in each cell); "
+            f"scale: {', '.join(_distinct(r.data.get('scale') for r in used))}."
+        )
+    else:
+        parts.append("Ours: no completed runs yet.")
+    data = spec.data or ", ".join(_distinct(r.data.get("task") for r in used))
+    if data:
+        parts.append(f"Data: {data}.")
+    flavours: dict[str, set[str]] = {}
+    for r in used:
+        for k, v in (r.data.get("metric_flavours") or {}).items():
+            flavours.setdefault(k, set()).add(str(v))
+    if flavours:
+        text = "; ".join(
+            f"{k}: {' | '.join(sorted(v))}" + (" (MIXED across runs)" if len(v) > 1 else "")
+            for k, v in sorted(flavours.items())
+        )
+        parts.append(f"Metric flavour: {text}.")
+    else:
+        parts.append("Metric flavour: none recorded.")
+    commits = sorted(
+        {
+            f"{(get_field(r.data, 'git.commit') or 'unknown')[:12]}"
+            + ("+dirty" if get_field(r.data, "git.dirty") else "")
+            for r in used
+        }
+    )
+    if commits:
+        parts.append(f"Git: {', '.join(commits)}.")
+    extra = _distinct(o for r in used for o in _extra_overrides(r.data.get("command")))
+    if extra:
+        parts.append(f"Overrides beyond the presets: {' '.join(extra)}.")
+    hw = _distinct(get_field(r.data, "hardware.name") for r in used)
+    if hw:
+        parts.append(f"Hardware: {', '.join(hw)}.")
+    if spec.paper and used and not any(c.at_paper_scale for row in rows for c in row.cells):
+        parts.append(
+            "No Δ column: our runs are at laptop scale, not the paper's (model, data and steps are smaller), so "
+            "ours and the paper's numbers stand side by side for orientation, not as a difference."
+        )
+    if spec.paper:
+        if ptable is not None:
+            cite = f" ({one_line(ptable.citation, 120)})" if ptable.citation else ""
+            parts.append(f"Paper: {spec.paper} {spec.table}{cite}, from paper_tables.yaml.")
+        elif not papers.found:
+            parts.append(f"Paper: {NOT_FOUND}.")
+    return " ".join(parts)
+
+
+def _footnotes(spec: TableSpec, ptable: PaperTable | None, papers: PaperTables) -> list[str]:
+    notes = []
+    if spec.paper and ptable is not None:
+        notes.append(
+            "Paper confidence: (d) double-checked in two sources, (s) single source, (u) uncertain "
+            f"(table: {ptable.confidence or 'not stated'}); n/a = not found in any source (never guessed); "
+            f"{NOT_IN_PAPER} = not in the paper."
+        )
+        for key, text in ptable.conflicts.items():
+            notes.append(f"Paper conflict, {key}: {one_line(text, 300)}")
+        for key, text in ptable.cell_confidence.items():
+            notes.append(f"Paper cell confidence, {key}: {one_line(text, 300)}")
+    notes.extend(spec.notes)
+    return notes
+
+
+def diff_value(cell: Cell, paper: PaperCell) -> float | None:
+    """Ours minus the paper's, only where our runs are at the paper's scale (a laptop run is no replica)."""
+    if cell.kind != "ok" or paper.kind != "value" or not cell.at_paper_scale:
+        return None
+    if isinstance(paper.value, bool) or not isinstance(paper.value, (int, float)):
+        return None
+    return cell.stat.mean - float(paper.value)

@@ -1,0 +1,150 @@
+"""Evaluating a table's claims over the seeds: held, not held, inconclusive, or not run.
+
+The rule (stated in every table and in results/CLAIMS.md, see :data:`RULE`): a claim says that the difference
+``a - b`` of one metric (``b`` a row or a fixed number) lies in a range (``greater``: above the margin;
+``at_least``: at or above minus the margin; ``less``/``at_most`` the mirror images; ``within``: between
+minus and plus the margin). Over the seeds of each row we compute Welch's 95% t interval of the difference
+of means (the one-sample t interval when ``b`` is a number). The claim
+
+- **held** when the whole interval lies inside the claimed range,
+- **not held** when the whole interval lies outside it,
+- **inconclusive** when the interval straddles an edge of the range (the difference is too small for the
+  seeds we have), when a row has fewer than two seeds (no interval can be formed), or when the runs miss a
+  precondition of the claim (``requires``: e.g. BigBird attending at most half of the keys),
+- **not run** when a row has no completed run with the metric (missing, failed, still running): a claim
+  never passes on runs that are not there.
+
+The paper's own numbers, where both are published, are checked against the same range (a point, no
+interval): a claim the paper's table contradicts is an encoding error, which the tests catch.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from attnlab.results.build import BuiltTable, RowResult, get_field
+from attnlab.results.spec import ClaimSpec
+from attnlab.results.stats import CONFIDENCE, Interval, welch_interval
+
+HELD, NOT_HELD, INCONCLUSIVE, NOT_RUN = "held", "not held", "inconclusive", "not run"
+RULE = (
+    f"Claims: Welch {CONFIDENCE:.0%} t interval of the difference of means over seeds (one-sample t against a "
+    "fixed number); held = the whole interval inside the claimed range, not held = wholly outside, "
+    "inconclusive = it straddles an edge, a row has < 2 seeds or the runs miss the claim's precondition, "
+    "not run = a row has no completed run."
+)
+
+
+@dataclass
+class ClaimResult:
+    spec: ClaimSpec
+    status: str  # held | not held | inconclusive | not run
+    n_a: int
+    n_b: int | None  # None when b is a number
+    interval: Interval | None  # None when not run or fewer than two seeds
+    estimate: float | None  # the difference of means (also with one seed)
+    reason: str  # why inconclusive or not run; empty otherwise
+    paper_difference: float | None  # the paper's a - b, where both cells are published numbers
+    paper_agrees: bool | None  # whether the paper's own numbers satisfy the claim
+
+
+def in_range(value: float, claim: ClaimSpec) -> bool:
+    low, high, low_open, high_open = claim.claimed_range()
+    above = value > low if low_open else value >= low
+    below = value < high if high_open else value <= high
+    return above and below
+
+
+def interval_status(interval: Interval, claim: ClaimSpec) -> str:
+    """held / not held / inconclusive for an interval against the claim's range (closed or open edges)."""
+    low, high, low_open, high_open = claim.claimed_range()
+    if in_range(interval.low, claim) and in_range(interval.high, claim):
+        return HELD
+    below = interval.high < low or (interval.high == low and low_open)
+    above = interval.low > high or (interval.low == high and high_open)
+    return NOT_HELD if below or above else INCONCLUSIVE
+
+
+def _row_values(built: BuiltTable, label: str, metric_index: int) -> tuple[RowResult, list[float]]:
+    row = next(r for r in built.rows if r.spec.label == label)
+    return row, list(row.cells[metric_index].values)
+
+
+def _paper_value(row: RowResult, metric_index: int) -> float | None:
+    cell = row.paper[metric_index]
+    if cell.kind != "value" or isinstance(cell.value, bool) or not isinstance(cell.value, (int, float)):
+        return None
+    return float(cell.value)
+
+
+def _why_missing(row: RowResult, metric_index: int) -> str:
+    cell = row.cells[metric_index]
+    what = cell.kind if cell.kind != "ok" else "no values"
+    return f"{row.spec.label}: {what}" + (f" ({cell.note})" if cell.note and cell.kind != "ok" else "")
+
+
+def evaluate_claim(built: BuiltTable, claim: ClaimSpec) -> ClaimResult:
+    mi = next(i for i, m in enumerate(built.spec.metrics) if m.label == claim.metric)
+    row_a, a = _row_values(built, claim.a, mi)
+    if isinstance(claim.b, float):
+        row_b, b, n_b = None, claim.b, None
+    else:
+        row_b, b = _row_values(built, claim.b, mi)
+        n_b = len(b)
+    paper_a = _paper_value(row_a, mi)
+    paper_b = claim.b if row_b is None else _paper_value(row_b, mi)
+    paper_diff = None if paper_a is None or paper_b is None else paper_a - paper_b
+    paper_agrees = None if paper_diff is None else in_range(paper_diff, claim)
+
+    # Seeds left out of a row's numbers (failed, running, corrupt) are said beside any result: never silent.
+    left_out = [f"{r.spec.label}: {r.cells[mi].note}" for r in (row_a, row_b) if r is not None and r.cells[mi].note]
+
+    def result(status, interval=None, estimate=None, reason=""):
+        if left_out and status != NOT_RUN:
+            reason = "; ".join([reason, *left_out] if reason else left_out)
+        return ClaimResult(claim, status, len(a), n_b, interval, estimate, reason, paper_diff, paper_agrees)
+
+    missing = [_why_missing(r, mi) for r, v in ((row_a, a), (row_b, b)) if r is not None and not v]
+    if missing:
+        return result(NOT_RUN, reason="; ".join(missing))
+    estimate = sum(a) / len(a) - (b if row_b is None else sum(b) / len(b))
+    unmet = _unmet_requirements(built, claim)
+    if unmet:
+        return result(INCONCLUSIVE, estimate=estimate, reason=f"the runs do not test the claim: {unmet}")
+    if len(a) < 2 or (row_b is not None and len(b) < 2):
+        return result(INCONCLUSIVE, estimate=estimate, reason="fewer than 2 seeds in a row: no interval")
+    interval = welch_interval(a, b)
+    status = interval_status(interval, claim)
+    reason = "the interval straddles an edge of the claimed range" if status == INCONCLUSIVE else ""
+    return result(status, interval, estimate, reason)
+
+
+def _unmet_requirements(built: BuiltTable, claim: ClaimSpec) -> str:
+    """Why the completed runs do not meet the claim's preconditions ('' when they do)."""
+    problems = []
+    for req in claim.requires:
+        row = next(r for r in built.rows if r.spec.label == req.row)
+        values = [get_field(r.data, req.field) for r in row.used]
+        numbers = [v for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)]
+        if len(numbers) < len(values) or not values:
+            problems.append(f"{req.row} runs do not record {req.field}")
+            continue
+        worst = max(numbers) if req.at_most is not None else min(numbers)
+        if (req.at_most is not None and worst > req.at_most) or (req.at_least is not None and worst < req.at_least):
+            problems.append(f"{req.describe()} needed, a run has {worst:.3g}")
+    return "; ".join(problems)
+
+
+def evaluate_claims(built: BuiltTable) -> list[ClaimResult]:
+    return [evaluate_claim(built, c) for c in built.spec.claims]
+
+
+def fmt_interval(result: ClaimResult, digits: int) -> str:
+    if result.interval is None:
+        return "—"
+    return f"[{result.interval.low:+.{digits}f}, {result.interval.high:+.{digits}f}]"
+
+
+def fmt_estimate(value: float | None, digits: int) -> str:
+    return "—" if value is None or math.isnan(value) else f"{value:+.{digits}f}"

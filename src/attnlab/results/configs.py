@@ -1,0 +1,99 @@
+"""Which run records share a configuration apart from the seed: the rule that decides what a cell may pool.
+
+A cell's mean over seeds is only a mean over seeds when everything else is equal: a cpu-scale 800-step seed
+and a paper-scale seed of the same preset are two experiments, not two seeds. The configuration of a run is
+read from its ``.hydra/config_before_scale.yaml`` (else ``.hydra/config.yaml``; both beside ``results.json``,
+both published), minus the top-level ``seed`` and the keys that never change a result
+(:data:`DEFAULT_HASH_EXCLUDE`: paths, loggers, Hydra's runtime). A record without that file (a wandb run)
+falls back to the fields of the record that name its configuration: experiment, task, model, scale,
+hardware, and the overrides of its command.
+
+Two configurations are the same when they agree on every key both have: a key that only one has was added
+to (or removed from) a preset after the other ran, with its old behaviour as the default (the rule for
+adding keys, README "Tables"), so a committed record stays valid when a preset grows.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from attnlab.results.record import DEFAULT_HASH_EXCLUDE, _strip
+from attnlab.results.safe_yaml import UnsafeYamlError, load_yaml
+
+RESOLVED_CONFIG = Path(".hydra") / "config.yaml"
+# The composition before the scale blocks (written beside config.yaml since config.yaml holds the scaled
+# config): the form every record has, since older runs wrote exactly this as config.yaml. Comparing the same
+# form on both sides keeps old and new seeds of one configuration in one cell.
+BEFORE_SCALE_CONFIG = Path(".hydra") / "config_before_scale.yaml"
+# Command-line keys that do not make a different experiment (seed: what a cell pools over; paths/loggers).
+_NOT_CONFIG = ("seed", "paths.", "hydra", "logger", "+logger", "callbacks.record_attention")
+
+
+def _flatten(node: Any, prefix: str, out: dict[str, Any]) -> None:
+    if isinstance(node, Mapping) and node:
+        for key, value in node.items():
+            _flatten(value, f"{prefix}{key}.", out)
+    else:
+        out[prefix[:-1]] = json.dumps(node, sort_keys=True, default=str) if isinstance(node, (list, dict)) else node
+
+
+def _command_overrides(command: Any) -> dict[str, str]:
+    out = {}
+    for token in str(command or "").split()[1:]:
+        key, sep, value = token.partition("=")
+        key = key.lstrip("+~")
+        if sep and not token.startswith("-") and not key.startswith(_NOT_CONFIG):
+            out[f"override:{key}"] = value
+    return out
+
+
+def seedless_config(record_path: Path | None, data: Mapping[str, Any]) -> dict[str, Any]:
+    """The run's configuration apart from its seed, as ``dotted key -> value``."""
+    config_file = None
+    if record_path is not None:
+        before, resolved = record_path.parent / BEFORE_SCALE_CONFIG, record_path.parent / RESOLVED_CONFIG
+        config_file = before if before.is_file() else resolved
+    if config_file is not None and config_file.is_file():
+        try:
+            config = load_yaml(config_file.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, UnsafeYamlError):
+            config = None
+        if isinstance(config, Mapping):
+            stripped = _strip({k: v for k, v in config.items() if k != "seed"}, DEFAULT_HASH_EXCLUDE, "")
+            flat: dict[str, Any] = {}
+            _flatten(stripped, "", flat)
+            return flat
+    model = data.get("model") if isinstance(data.get("model"), Mapping) else {}
+    hardware = data.get("hardware") if isinstance(data.get("hardware"), Mapping) else {}
+    return {
+        "experiment": data.get("experiment"),
+        "task.name": data.get("task"),
+        "model.name": model.get("name"),
+        "model.attention.name": model.get("attention"),
+        "model.recurrence.name": model.get("recurrence"),
+        "scale.name": data.get("scale"),
+        "hardware.name": hardware.get("name"),
+        "hardware.precision": str(hardware.get("precision")),
+        **_command_overrides(data.get("command")),
+    }
+
+
+def differing_keys(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[str]:
+    """Keys both configurations have, with different values (what makes them two experiments)."""
+    return sorted(k for k in a.keys() & b.keys() if a[k] != b[k])
+
+
+def config_groups(configs: Sequence[Mapping[str, Any]]) -> list[list[int]]:
+    """Indices of ``configs`` grouped into configurations that agree on every key they share."""
+    groups: list[list[int]] = []
+    for i, config in enumerate(configs):
+        for group in groups:
+            if all(not differing_keys(configs[j], config) for j in group):
+                group.append(i)
+                break
+        else:
+            groups.append([i])
+    return groups

@@ -1,0 +1,406 @@
+"""Table specs: the YAML that says which run records make each row and which metrics are columns.
+
+Spec format (all keys but ``title``, ``metrics`` and ``rows`` optional)::
+
+    title: Copy task
+    paper: universal_transformer          # keys into paper_tables.yaml
+    table: table4_algorithmic
+    data: generated copy task, train lengths <= 40, test lengths <= 400   # for the caption
+    match: {task: algo/copy}              # filter applied to every row
+    notes: [free text footnotes]
+    metrics:
+      - ours: test/seq_acc                # name in results.json metrics.final (metrics.best with from: best)
+        label: Seq. acc. (%)
+        paper_key: copy_seq_acc
+        direction: higher                 # higher | lower
+        scale: 100                        # ours x scale is shown (fractions as percent)
+        paper_scale: 100                  # paper x paper_scale is shown (default 1)
+        paper_part: 1                     # a paper cell printed as a pair "F1/acc": 1 takes F1, 2 takes acc
+        digits: 2
+    rows:
+      - label: Transformer
+        paper_row: Transformer
+        match: {model.attention: vanilla, model.recurrence: stacked}  # or {experiment: <preset>}
+
+Match values compare equal to the record field named by a dotted path; a list means any of; a string with
+``*`` or ``?`` is a glob.
+
+A table whose columns come from different runs (GLUE: one run per task) gives each metric its own
+``match`` and each row the list of its runs; a column can be the mean of others, computed per seed over the
+seeds every component has (a nested list is averaged first: a task reported with two metrics counts once,
+as T5 averages GLUE)::
+
+    metrics:
+      - {ours: test/mcc, label: CoLA, match: {task: glue/cola}}
+      - {ours: test/f1, label: MRPC F1, match: {task: glue/mrpc}}
+      - {ours: test/acc, label: MRPC acc, match: {task: glue/mrpc}}
+      - {label: Average, mean_of: [CoLA, [MRPC F1, MRPC acc]]}
+    rows:
+      - {label: Dense, match: {experiment: [syn/t4/dense_cola, syn/t4/dense_mrpc]}}
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from attnlab.results.errors import SpecError
+from attnlab.results.safe_yaml import UnsafeYamlError, load_yaml
+
+
+@dataclass
+class MetricSpec:
+    ours: str
+    label: str
+    direction: str = "higher"
+    scale: float = 1.0
+    paper_key: str | None = None
+    paper_scale: float = 1.0
+    digits: int = 2
+    source: str = "final"  # which part of metrics: final | best
+    match: dict[str, Any] = field(default_factory=dict)  # records of this column only (on top of the row's)
+    mean_of: list[Any] | None = None  # labels of other metrics (nested lists averaged first)
+    paper_part: int | None = None  # 1 or 2: which number of a paper cell printed as a pair ("F1/acc", "F1a/EM")
+
+
+@dataclass
+class RowSpec:
+    label: str
+    match: dict[str, Any]
+    paper_row: str | None = None
+
+
+# claim test -> (low, high, low_open, high_open) of the difference a - b, as a function of the margin m.
+CLAIM_TESTS: dict[str, Any] = {
+    "greater": lambda m: (m, math.inf, True, True),  # a > b + m
+    "at_least": lambda m: (-m, math.inf, False, True),  # a >= b - m
+    "less": lambda m: (-math.inf, -m, True, True),  # a < b - m
+    "at_most": lambda m: (-math.inf, m, True, False),  # a <= b + m
+    "within": lambda m: (-m, m, False, False),  # |a - b| <= m
+}
+
+
+@dataclass
+class Requirement:
+    """What the runs of a row must show for a claim to be tested at all (e.g. BigBird really sparse)."""
+
+    row: str
+    field: str  # a dotted record field, e.g. extra.attention_coverage.attended_fraction_mean
+    at_most: float | None = None
+    at_least: float | None = None
+
+    def describe(self) -> str:
+        bound = f"<= {self.at_most:g}" if self.at_most is not None else f">= {self.at_least:g}"
+        return f"{self.row}: {self.field} {bound}"
+
+
+@dataclass
+class ClaimSpec:
+    """One qualitative claim of the paper, checkable over the rows: ``a - b`` of ``metric`` lies in a range.
+
+    ``b`` is a row label or a number (a fixed level, e.g. chance). ``margin`` is in the column's shown units.
+    """
+
+    claim: str  # the claim in words, e.g. "Random Synthesizer within 1 BLEU of Transformer"
+    source: str  # the paper's sentence it comes from (quoted), or where it is read from ("Table 4 rows")
+    metric: str  # a metric label of this spec
+    a: str  # a row label
+    b: str | float  # a row label, or a number
+    test: str  # greater | at_least | less | at_most | within
+    margin: float = 0.0
+    requires: list[Requirement] = field(default_factory=list)  # preconditions on the runs (else inconclusive)
+
+    def claimed_range(self) -> tuple[float, float, bool, bool]:
+        return CLAIM_TESTS[self.test](self.margin)
+
+    def statement(self) -> str:
+        """The claim as an inequality over the rows, e.g. ``|Random - Transformer| <= 1 on BLEU``."""
+        m = f"{self.margin:g}"
+        text = {
+            "greater": f"{self.a} > {self.b}" + (f" + {m}" if self.margin else ""),
+            "at_least": f"{self.a} ≥ {self.b}" + (f" − {m}" if self.margin else ""),
+            "less": f"{self.a} < {self.b}" + (f" − {m}" if self.margin else ""),
+            "at_most": f"{self.a} ≤ {self.b}" + (f" + {m}" if self.margin else ""),
+            "within": f"|{self.a} − {self.b}| ≤ {m}",
+        }[self.test]
+        needs = "".join(f", if {r.describe()}" for r in self.requires)
+        return f"{text} on {self.metric}{needs}"
+
+
+@dataclass
+class LaptopSpec:
+    """The laptop protocol of a table: what its small version is and its measured cost per run."""
+
+    protocol: str
+    per_run_s: float | None = None  # measured wall seconds of one run on the 2-core CPU (None: not measured)
+    runs: int | None = None  # the runs the protocol trains (rows x seeds)
+
+
+@dataclass
+class TableSpec:
+    name: str
+    title: str
+    metrics: list[MetricSpec]
+    rows: list[RowSpec]
+    paper: str | None = None
+    table: str | None = None
+    data: str | None = None
+    match: dict[str, Any] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    claims: list[ClaimSpec] = field(default_factory=list)
+    laptop: LaptopSpec | None = None
+    path: Path | None = None
+
+
+_SPEC_KEYS = {"title", "paper", "table", "data", "match", "notes", "metrics", "rows", "claims", "laptop"}
+_CLAIM_KEYS = {"claim", "source", "metric", "a", "b", "test", "margin", "requires"}
+_REQUIRE_KEYS = {"row", "field", "at_most", "at_least"}
+_LAPTOP_KEYS = {"protocol", "per_run_s", "runs"}
+_METRIC_KEYS = {
+    "ours", "label", "direction", "scale", "paper_key", "paper_part", "paper_scale", "digits", "from", "match",
+    "mean_of",
+}  # fmt: skip
+_ROW_KEYS = {"label", "match", "paper_row"}
+
+
+def _unknown(where: str, got: Mapping, allowed: set[str]) -> None:
+    extra = sorted(set(got) - allowed)
+    if extra:
+        raise SpecError(f"{where}: unknown key(s) {', '.join(extra)} (valid: {', '.join(sorted(allowed))})")
+
+
+def spec_from_dict(data: Any, name: str, where: str = "spec") -> TableSpec:
+    """Validate a spec mapping; SpecError (one line) on the first problem."""
+    if not isinstance(data, Mapping):
+        raise SpecError(f"{where}: a table spec must be a mapping")
+    _unknown(where, data, _SPEC_KEYS)
+    for key in ("title", "metrics", "rows"):
+        if key not in data:
+            raise SpecError(f"{where}: missing key {key!r}")
+    if bool(data.get("paper")) != bool(data.get("table")):
+        raise SpecError(f"{where}: 'paper' and 'table' go together (keys into paper_tables.yaml)")
+    metrics = []
+    if not isinstance(data["metrics"], list) or not data["metrics"]:
+        raise SpecError(f"{where}: 'metrics' must be a non-empty list")
+    for i, m in enumerate(data["metrics"]):
+        w = f"{where}: metrics[{i}]"
+        if not isinstance(m, Mapping) or ("ours" in m) == ("mean_of" in m):
+            raise SpecError(f"{w}: needs 'ours' (a metric name in results.json) or 'mean_of' (other columns)")
+        _unknown(w, m, _METRIC_KEYS)
+        if "mean_of" in m and ("label" not in m or "match" in m or "from" in m or "scale" in m):
+            raise SpecError(f"{w}: a mean_of column needs a label and takes no match, from or scale")
+        metric_match = m.get("match") or {}
+        if not isinstance(metric_match, Mapping):
+            raise SpecError(f"{w}: 'match' must be a mapping")
+        direction = m.get("direction", "higher")
+        if direction not in ("higher", "lower"):
+            raise SpecError(f"{w}: direction must be higher or lower, got {direction!r}")
+        source = m.get("from", "final")
+        if source not in ("final", "best"):
+            raise SpecError(f"{w}: from must be final or best, got {source!r}")
+        try:
+            scale, paper_scale = float(m.get("scale", 1)), float(m.get("paper_scale", 1))
+            digits = int(m.get("digits", 2))
+        except (TypeError, ValueError) as exc:
+            raise SpecError(f"{w}: scale, paper_scale and digits must be numbers") from exc
+        mean_of = m.get("mean_of")
+        paper_part = m.get("paper_part")
+        if paper_part is not None and (
+            paper_part not in (1, 2) or isinstance(paper_part, bool) or not m.get("paper_key")
+        ):
+            raise SpecError(
+                f"{w}: paper_part must be 1 or 2 (the first or second number of a paper cell 'a/b'), with a paper_key"
+            )
+        metrics.append(
+            MetricSpec(
+                ours=str(m["ours"]) if mean_of is None else f"mean of {_flat_labels(mean_of)}",
+                label=str(m.get("label", m.get("ours"))),
+                direction=direction,
+                scale=scale,
+                paper_key=m.get("paper_key"),
+                paper_scale=paper_scale,
+                digits=digits,
+                source=source,
+                match=dict(metric_match),
+                mean_of=None if mean_of is None else list(mean_of),
+                paper_part=paper_part,
+            )
+        )
+    _check_means(metrics, where)
+    rows = []
+    if not isinstance(data["rows"], list) or not data["rows"]:
+        raise SpecError(f"{where}: 'rows' must be a non-empty list")
+    for i, r in enumerate(data["rows"]):
+        w = f"{where}: rows[{i}]"
+        if not isinstance(r, Mapping) or "label" not in r:
+            raise SpecError(f"{w}: needs a 'label'")
+        _unknown(w, r, _ROW_KEYS)
+        match = r.get("match") or {}
+        if not isinstance(match, Mapping) or not match:
+            raise SpecError(f"{w}: needs a non-empty 'match' mapping (e.g. experiment: <preset name>)")
+        rows.append(RowSpec(label=str(r["label"]), match=dict(match), paper_row=r.get("paper_row")))
+    labels = [r.label for r in rows]
+    if len(set(labels)) != len(labels):
+        raise SpecError(f"{where}: row labels must be unique")
+    match = data.get("match") or {}
+    if not isinstance(match, Mapping):
+        raise SpecError(f"{where}: 'match' must be a mapping")
+    notes = data.get("notes") or []
+    notes = [notes] if isinstance(notes, str) else notes
+    if not isinstance(notes, list) or not all(isinstance(n, str) for n in notes):
+        raise SpecError(
+            f"{where}: notes must be a list of text lines; quote a note that holds ': ' (unquoted YAML reads it "
+            "as a mapping)"
+        )
+    return TableSpec(
+        name=name,
+        title=str(data["title"]),
+        metrics=metrics,
+        rows=rows,
+        paper=data.get("paper"),
+        table=data.get("table"),
+        data=data.get("data"),
+        match=dict(match),
+        notes=notes,
+        claims=_claims(data.get("claims"), metrics, labels, where),
+        laptop=_laptop(data.get("laptop"), where),
+    )
+
+
+def _claims(items: Any, metrics: list[MetricSpec], rows: list[str], where: str) -> list[ClaimSpec]:
+    if items is None:
+        return []
+    if not isinstance(items, list):
+        raise SpecError(f"{where}: 'claims' must be a list")
+    out = []
+    metric_labels = [m.label for m in metrics]
+    for i, c in enumerate(items):
+        w = f"{where}: claims[{i}]"
+        if not isinstance(c, Mapping):
+            raise SpecError(f"{w}: a claim must be a mapping with keys {', '.join(sorted(_CLAIM_KEYS))}")
+        _unknown(w, c, _CLAIM_KEYS)
+        for key in ("claim", "source", "metric", "a", "b", "test"):
+            if c.get(key) in (None, ""):
+                raise SpecError(f"{w}: missing key {key!r} (a claim says what, from which sentence, on which rows)")
+        if c["test"] not in CLAIM_TESTS:
+            raise SpecError(f"{w}: test must be one of {', '.join(CLAIM_TESTS)}, got {c['test']!r}")
+        if c["metric"] not in metric_labels:
+            raise SpecError(f"{w}: metric {c['metric']!r} is not a metric label (labels: {', '.join(metric_labels)})")
+        b = c["b"]
+        is_number = isinstance(b, (int, float)) and not isinstance(b, bool)
+        for key, row in (("a", c["a"]), ("b", b)):
+            if not (key == "b" and is_number) and row not in rows:
+                raise SpecError(f"{w}: {key}={row!r} is not a row label (rows: {', '.join(rows)})")
+        if c["a"] == b:
+            raise SpecError(f"{w}: a and b name the same row")
+        margin = c.get("margin", 0)
+        if isinstance(margin, bool) or not isinstance(margin, (int, float)) or margin < 0:
+            raise SpecError(f"{w}: margin must be a number >= 0 (in the column's shown units)")
+        if c["test"] == "within" and margin == 0:
+            raise SpecError(f"{w}: a 'within' claim needs a margin > 0")
+        requires = _requirements(c.get("requires"), rows, w)
+        out.append(
+            ClaimSpec(
+                requires=requires,
+                claim=str(c["claim"]),
+                source=str(c["source"]),
+                metric=str(c["metric"]),
+                a=str(c["a"]),
+                b=float(b) if is_number else str(b),
+                test=str(c["test"]),
+                margin=float(margin),
+            )
+        )
+    return out
+
+
+def _requirements(items: Any, rows: list[str], where: str) -> list[Requirement]:
+    if items is None:
+        return []
+    items = [items] if isinstance(items, Mapping) else items
+    if not isinstance(items, list):
+        raise SpecError(f"{where}: requires must be a mapping or a list of them")
+    out = []
+    for i, r in enumerate(items):
+        w = f"{where}: requires[{i}]"
+        if not isinstance(r, Mapping) or not r.get("row") or not r.get("field"):
+            raise SpecError(f"{w}: needs row, field and at_most or at_least")
+        _unknown(w, r, _REQUIRE_KEYS)
+        if r["row"] not in rows:
+            raise SpecError(f"{w}: row {r['row']!r} is not a row label (rows: {', '.join(rows)})")
+        bounds = [r.get(k) for k in ("at_most", "at_least")]
+        if sum(b is not None for b in bounds) != 1 or any(
+            b is not None and (isinstance(b, bool) or not isinstance(b, (int, float))) for b in bounds
+        ):
+            raise SpecError(f"{w}: give exactly one of at_most or at_least, a number")
+        out.append(Requirement(str(r["row"]), str(r["field"]), *(None if b is None else float(b) for b in bounds)))
+    return out
+
+
+def _laptop(data: Any, where: str) -> LaptopSpec | None:
+    if data is None:
+        return None
+    w = f"{where}: laptop"
+    if not isinstance(data, Mapping) or not data.get("protocol"):
+        raise SpecError(f"{w}: needs a mapping with 'protocol' (and per_run_s, runs once measured)")
+    _unknown(w, data, _LAPTOP_KEYS)
+    per_run, runs = data.get("per_run_s"), data.get("runs")
+    if per_run is not None and (isinstance(per_run, bool) or not isinstance(per_run, (int, float)) or per_run <= 0):
+        raise SpecError(f"{w}: per_run_s must be a measured number of seconds > 0, or absent")
+    if runs is not None and (isinstance(runs, bool) or not isinstance(runs, int) or runs <= 0):
+        raise SpecError(f"{w}: runs must be a whole number > 0, or absent")
+    return LaptopSpec(protocol=str(data["protocol"]), per_run_s=None if per_run is None else float(per_run), runs=runs)
+
+
+def _flat_labels(items: Any) -> str:
+    if not isinstance(items, list):
+        return str(items)
+    return "(" + ", ".join(_flat_labels(i) for i in items) + ")"
+
+
+def _check_means(metrics: list[MetricSpec], where: str) -> None:
+    labels = [m.label for m in metrics]
+    if len(set(labels)) != len(labels):
+        raise SpecError(f"{where}: metric labels must be unique")
+    plain = {m.label for m in metrics if m.mean_of is None}
+    for i, m in enumerate(metrics):
+        if m.mean_of is None:
+            continue
+        if not m.mean_of:
+            raise SpecError(f"{where}: metrics[{i}]: mean_of must be a non-empty list of metric labels")
+        for item in m.mean_of:
+            for label in item if isinstance(item, list) else [item]:
+                if label not in plain:
+                    raise SpecError(
+                        f"{where}: metrics[{i}]: mean_of names {label!r}, which is not the label of an 'ours' "
+                        f"column (labels: {', '.join(sorted(plain))})"
+                    )
+
+
+def list_specs(experiments_dir: str | os.PathLike) -> dict[str, Path]:
+    """Spec name (``<paper>/<table>``) -> file, for every ``experiments/<paper>/<table>.yaml``."""
+    root = Path(experiments_dir)
+    if not root.is_dir():
+        return {}
+    return {f"{p.parent.name}/{p.stem}": p for p in sorted(root.glob("*/*.yaml")) if p.is_file()}
+
+
+def load_spec(name: str, experiments_dir: str | os.PathLike) -> TableSpec:
+    specs = list_specs(experiments_dir)
+    if name not in specs:
+        valid = ", ".join(specs) if specs else f"none found under {experiments_dir}"
+        raise SpecError(f"unknown table {name!r}; valid: {valid}, all, summary")
+    path = specs[name]
+    try:
+        data = load_yaml(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SpecError(f"{path}: cannot read ({exc})") from exc
+    except UnsafeYamlError as exc:
+        raise SpecError(f"{path}: {exc}") from exc
+    spec = spec_from_dict(data, name, where=str(path))
+    spec.path = path
+    return spec

@@ -1,0 +1,47 @@
+"""Sizing a composed config to its scale (``scale=cpu|paper``): the ``at_scale.<scale.name>`` blocks.
+
+Imports only OmegaConf, so ``attnlab-train --cfg job`` and the preflight can apply the scale without
+loading torch or Lightning.
+"""
+
+from __future__ import annotations
+
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+
+def apply_scale(cfg: DictConfig, cli_overrides: list[str] | tuple[str, ...] = ()) -> None:
+    """Apply the ``at_scale.<scale.name>`` blocks of ``model``, ``task`` and the root config.
+
+    A preset states its paper-size values as plain keys and its laptop-size values under ``at_scale.cpu``.
+    Each key of a block is a path relative to where the block sits (``d_model``, ``attention.block_size``,
+    or at the root ``trainer.max_steps``) and its value replaces what is at that path, whole: a block
+    entry ``train: {source: local, ...}`` swaps the data source rather than blending two of them. The
+    root block is applied last, after the scale group's own budget, so a laptop-native preset keeps its
+    steps. What the user set on the command line wins: a dotted key protects itself and everything below
+    it, a nested group choice (``model/attention=...``) protects that section; top-level group choices
+    (``model=...``, ``task=...``) protect nothing.
+    """
+    explicit = []
+    for override in cli_overrides:
+        if "=" not in override:
+            continue
+        key = override.split("=", 1)[0].lstrip("+~")
+        if "." in key or "/" in key:
+            explicit.append(key.replace("/", "."))
+
+    def protected(path: str) -> bool:
+        return any(path == e or path.startswith(e + ".") or e.startswith(path + ".") for e in explicit)
+
+    scale = cfg.scale.name
+    # A debug mode comes last in the defaults and must keep winning, over an experiment's root block too.
+    sections = ("model", "task") if cfg.get("debug_mode") else ("model", "task", None)
+    with open_dict(cfg):
+        for section in sections:
+            node = cfg if section is None else cfg[section]
+            block = OmegaConf.select(node, f"at_scale.{scale}")
+            if not block:
+                continue
+            prefix = "" if section is None else f"{section}."
+            for key, value in block.items_ex(resolve=False):
+                if not protected(prefix + str(key)):
+                    OmegaConf.update(node, str(key), value, merge=False, force_add=True)

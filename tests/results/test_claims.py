@@ -1,0 +1,161 @@
+"""Claims over seeds: held, not held, inconclusive, not run on constructed records; the interval itself against
+scipy's own Welch test; CLAIMS.md written by table=all and held by check=true."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+from scipy import stats as scipy_stats
+
+from attnlab.cli.table import build_tables
+from attnlab.results.build import build_table
+from attnlab.results.claims import HELD, INCONCLUSIVE, NOT_HELD, NOT_RUN, evaluate_claims, interval_status
+from attnlab.results.errors import SpecError, TableError
+from attnlab.results.loading import load_records
+from attnlab.results.paper import load_paper_tables
+from attnlab.results.spec import load_spec, spec_from_dict
+from attnlab.results.stats import Interval, welch_interval
+from tests.results.conftest import SPEC
+
+
+def _claim(claim_id: str, test: str, a: str = "UT", b: str | float = "Transformer", margin: float = 0.0) -> dict:
+    return {"claim": claim_id, "source": "Table 1 rows", "metric": "Seq. acc.", "a": a, "b": b, "test": test,
+            "margin": margin}  # fmt: skip
+
+
+def _evaluate(ws, claims: list[dict]):
+    spec = {**SPEC, "claims": claims}
+    (ws / "experiments" / "toy" / "t1.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
+    records, corrupt = load_records([ws / "runs"])
+    built = build_table(load_spec("toy/t1", ws / "experiments"), records, load_paper_tables(), corrupt)
+    return {r.spec.claim: r for r in evaluate_claims(built)}
+
+
+def _seeds(put_record, recurrence: str, accs: list[float], **extra) -> None:
+    for seed, acc in enumerate(accs):
+        put_record(f"{recurrence}-{seed}", seed=seed, **{"model.recurrence": recurrence,
+                   "metrics.final": {"test/seq_acc": acc}}, **extra)  # fmt: skip
+
+
+def test_welch_interval_matches_scipy():
+    a, b = [1.0, 2.0, 3.0, 4.5], [4.0, 6.0, 8.0]
+    ours = welch_interval(a, b)
+    ref = scipy_stats.ttest_ind(a, b, equal_var=False).confidence_interval(0.95)
+    assert (ours.low, ours.high) == pytest.approx((ref.low, ref.high), rel=1e-9)
+    one = welch_interval(a, 2.0)
+    ref1 = scipy_stats.ttest_1samp(a, 2.0).confidence_interval(0.95)
+    assert (one.low + 2.0, one.high + 2.0) == pytest.approx((ref1.low, ref1.high), rel=1e-9)
+    assert welch_interval([1.0, 1.0], [0.0, 0.0]) == Interval(1.0, 1.0, 1.0, None)  # identical seeds
+
+
+def test_claims_held_not_held_inconclusive_not_run(workspace, put_record):
+    _seeds(put_record, "stacked", [0.30, 0.31, 0.32])
+    _seeds(put_record, "ut", [0.50, 0.51, 0.52])
+    put_record("act-0", seed=0, status="failed", error="NaN loss", **{"model.recurrence": "ut_act",
+               "metrics.final": {}})  # fmt: skip
+    results = _evaluate(workspace, [
+        _claim("ut above", "greater"),
+        _claim("ut below", "less"),
+        _claim("close", "within", margin=25.0),  # difference 20 +- ~2.3: inside [-25, 25]
+        _claim("edge", "within", margin=20.0),  # the interval straddles 20
+        _claim("act above", "greater", a="UT + ACT"),
+        _claim("above chance", "greater", b=10.0),
+    ])  # fmt: skip
+    assert results["ut above"].status == HELD
+    above = results["ut above"]
+    assert above.estimate == pytest.approx(20.0) and (above.n_a, above.n_b) == (3, 3)
+    assert results["ut above"].interval.low > 0
+    assert results["ut below"].status == NOT_HELD
+    assert results["close"].status == HELD
+    assert results["edge"].status == INCONCLUSIVE and "straddles" in results["edge"].reason
+    assert results["act above"].status == NOT_RUN and "UT + ACT: failed (NaN loss)" in results["act above"].reason
+    assert results["above chance"].status == HELD and results["above chance"].n_b is None
+
+
+def test_one_seed_is_inconclusive_and_a_missing_row_not_run(workspace, put_record):
+    _seeds(put_record, "stacked", [0.30])
+    _seeds(put_record, "ut", [0.90, 0.95])
+    results = _evaluate(workspace, [_claim("ut above", "greater"), _claim("act", "greater", a="UT + ACT")])
+    assert results["ut above"].status == INCONCLUSIVE and "fewer than 2 seeds" in results["ut above"].reason
+    assert results["ut above"].estimate == pytest.approx(62.5) and results["ut above"].interval is None
+    assert results["act"].status == NOT_RUN and results["act"].reason == "UT + ACT: missing"
+
+
+def test_paper_numbers_are_checked_against_the_claim(workspace, put_record):
+    results = _evaluate(workspace, [_claim("paper above 50", "greater", a="Transformer", b=50.0),
+                                    _claim("paper below 50", "less", a="Transformer", b=50.0)])  # fmt: skip
+    assert results["paper above 50"].paper_agrees is True and results["paper above 50"].paper_difference == 5.0
+    assert results["paper below 50"].paper_agrees is False
+    assert results["paper above 50"].status == NOT_RUN
+
+
+def test_interval_edges_open_and_closed():
+    spec = spec_from_dict({**SPEC, "claims": [_claim("x", "at_least"), _claim("y", "greater")]}, "toy/t1")
+    at_least, greater = spec.claims
+    point_zero = Interval(0.0, 0.0, 0.0, None)
+    assert interval_status(point_zero, at_least) == HELD  # a >= b holds at equality
+    assert interval_status(point_zero, greater) == NOT_HELD  # a > b does not
+    assert interval_status(Interval(0.5, -0.1, 1.1, 3.0), greater) == INCONCLUSIVE
+
+
+@pytest.mark.parametrize(
+    "claim, fragment",
+    [
+        ({**_claim("x", "greater"), "metric": "BLEU"}, "metric 'BLEU' is not a metric label"),
+        ({**_claim("x", "greater"), "a": "LSTM"}, "a='LSTM' is not a row label"),
+        ({**_claim("x", "bigger")}, "test must be one of"),
+        ({**_claim("x", "within")}, "needs a margin > 0"),
+        ({k: v for k, v in _claim("x", "greater").items() if k != "source"}, "missing key 'source'"),
+    ],
+)
+def test_bad_claims_are_one_line_spec_errors(claim, fragment):
+    with pytest.raises(SpecError, match=fragment):
+        spec_from_dict({**SPEC, "claims": [claim]}, "toy/t1")
+
+
+def test_table_all_writes_claims_overview_and_check_holds_it(workspace, put_record):
+    _seeds(put_record, "stacked", [0.30, 0.31, 0.32])
+    _seeds(put_record, "ut", [0.50, 0.51, 0.52])
+    spec = {**SPEC, "claims": [_claim("UT beats the Transformer", "greater")]}
+    (workspace / "experiments" / "toy" / "t1.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
+    cfg = {"table": "all", "experiments_dir": str(workspace / "experiments"), "runs": str(workspace / "runs"),
+           "out": str(workspace / "out"), "plot": False}  # fmt: skip
+    build_tables(cfg)
+    overview = (workspace / "out" / "CLAIMS.md").read_text()
+    assert "1 claims: 1 held, 0 not held, 0 inconclusive, 0 not run." in overview
+    assert "| UT beats the Transformer | UT > Transformer on Seq. acc. | 3, 3 | +20.00 |" in overview
+    assert "Welch 95% t interval" in overview
+    table_md = (workspace / "out" / "toy" / "t1.md").read_text()
+    assert "## Claims" in table_md and "**held**" in table_md
+    build_tables({**cfg, "check": True})
+    (workspace / "out" / "CLAIMS.md").write_text(overview.replace("1 held", "1 not held"))
+    with pytest.raises(TableError, match="CLAIMS.md"):
+        build_tables({**cfg, "check": True})
+
+
+def test_a_claim_whose_precondition_the_runs_miss_is_inconclusive(workspace, put_record):
+    _seeds(put_record, "stacked", [0.30, 0.31, 0.32])
+    for seed, acc in enumerate([0.50, 0.51, 0.52]):
+        put_record(f"ut-{seed}", seed=seed, **{"model.recurrence": "ut", "metrics.final": {"test/seq_acc": acc},
+                   "extra": {"coverage": 0.4 if seed else 0.93}})  # fmt: skip
+    sparse = {"row": "UT", "field": "extra.coverage", "at_most": 0.5}
+    results = _evaluate(workspace, [
+        {**_claim("sparse enough", "greater"), "requires": sparse},
+        {**_claim("dense enough", "greater"), "requires": {**sparse, "at_most": 0.95}},
+        {**_claim("unrecorded", "greater"), "requires": {**sparse, "field": "extra.nothing"}},
+    ])  # fmt: skip
+    assert results["sparse enough"].status == INCONCLUSIVE
+    why = results["sparse enough"].reason
+    assert why == "the runs do not test the claim: UT: extra.coverage <= 0.5 needed, a run has 0.93"
+    assert results["dense enough"].status == HELD
+    unrecorded = results["unrecorded"]
+    assert unrecorded.status == INCONCLUSIVE and "do not record extra.nothing" in unrecorded.reason
+
+
+def test_a_failed_seed_beside_completed_ones_is_said_with_the_result(workspace, put_record):
+    _seeds(put_record, "stacked", [0.30, 0.31, 0.32])
+    _seeds(put_record, "ut", [0.50, 0.51, 0.52])
+    put_record("ut-failed", seed=9, status="failed", error="NaN loss", **{"model.recurrence": "ut",
+               "metrics.final": {}})  # fmt: skip
+    result = _evaluate(workspace, [_claim("ut above", "greater")])["ut above"]
+    assert result.status == HELD and result.n_a == 3 and result.reason == "UT: +1 failed"

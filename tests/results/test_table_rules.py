@@ -1,0 +1,191 @@
+"""Tables that cannot mislead: one configuration per cell, Δ only at the paper's scale, the paper's metric
+flavour, pair cells in two columns, committed records found by the skip lookup, the reproduce listing."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+
+import pytest
+import yaml
+
+from attnlab.results.build import build_table
+from attnlab.results.claims import evaluate_claims
+from attnlab.results.errors import TableError
+from attnlab.results.listing import Target, estimate, table_targets
+from attnlab.results.loading import load_records
+from attnlab.results.lookup import find_completed, search_roots
+from attnlab.results.paper import load_paper_tables
+from attnlab.results.render import render_markdown
+from attnlab.results.spec import list_specs, load_spec, spec_from_dict
+from tests.conftest import REPO
+from tests.results.conftest import SPEC
+
+EXPERIMENTS = REPO / "experiments"
+
+
+def _build(ws):
+    records, corrupt = load_records([ws / "runs"])
+    return build_table(load_spec("toy/t1", ws / "experiments"), records, load_paper_tables(), corrupt)
+
+
+def _with_config(put_record, name: str, config: dict, **overrides):
+    path = put_record(name, **overrides)
+    (path.parent / ".hydra").mkdir()
+    (path.parent / ".hydra" / "config.yaml").write_text(yaml.safe_dump(config))
+    return path
+
+
+def test_a_cell_never_pools_two_configurations(workspace, put_record):
+    base = {"seed": 1, "scale": {"name": "cpu"}, "trainer": {"max_steps": 800}, "paths": {"run_dir": "/a"}}
+    _with_config(put_record, "s1", base, seed=1, **{"metrics.final": {"test/seq_acc": 0.5}})
+    # Same configuration, other seed and run folder: pooled.
+    _with_config(put_record, "s2", {**base, "seed": 2, "paths": {"run_dir": "/b"}}, seed=2)
+    built = _build(workspace)
+    assert built.rows[0].cells[0].stat.n == 2
+    # A paper-scale run of the same row is another experiment, not a third seed: refused, naming the key.
+    _with_config(put_record, "p3", {**base, "seed": 3, "scale": {"name": "paper"}}, seed=3, scale="paper",
+                 **{"metrics.final": {"test/seq_acc": 0.99}})  # fmt: skip
+    refused = r"row 'Transformer'.*2 different configurations.*scale\.name: 'cpu' vs 'paper'"
+    with pytest.raises(TableError, match=refused):
+        _build(workspace)
+
+
+def test_old_and_new_records_compare_the_config_before_the_scale_blocks(workspace, put_record):
+    before = {"seed": 1, "scale": {"name": "cpu"}, "model": {"d_model": 512}}  # the preset as composed
+    _with_config(put_record, "old", before, seed=1)  # written before config.yaml held the scaled config
+    new = _with_config(put_record, "new", {**before, "seed": 2, "model": {"d_model": 128}}, seed=2)  # scaled
+    (new.parent / ".hydra" / "config_before_scale.yaml").write_text(yaml.safe_dump({**before, "seed": 2}))
+    assert _build(workspace).rows[0].cells[0].stat.n == 2
+
+
+def test_records_without_a_config_file_are_told_apart_by_their_command(workspace, put_record):
+    put_record("a", seed=1, command="attnlab-train experiment=x seed=1 trainer.max_steps=800")
+    put_record("b", seed=2, command="attnlab-train experiment=x seed=2 trainer.max_steps=100000")
+    with pytest.raises(TableError, match=r"override:trainer\.max_steps: '800' vs '100000'"):
+        _build(workspace)
+
+
+def test_a_key_added_to_a_preset_later_does_not_split_a_cell(workspace, put_record):
+    base = {"seed": 1, "model": {"d_model": 128}}
+    _with_config(put_record, "old", base, seed=1)
+    _with_config(put_record, "new", {"seed": 2, "model": {"d_model": 128, "new_knob": "old behaviour"}}, seed=2)
+    assert _build(workspace).rows[0].cells[0].stat.n == 2
+
+
+def test_delta_only_at_the_papers_scale(workspace, put_record, monkeypatch):
+    monkeypatch.chdir(workspace)
+    put_record("cpu", seed=1)
+    md = render_markdown(_build(workspace))
+    header = next(line for line in md.splitlines() if line.startswith("| Row |"))
+    assert "Δ" not in header and "No Δ column: our runs are at laptop scale" in md
+    (workspace / "runs" / "cpu" / "results.json").unlink()
+    put_record("paper", seed=1, scale="paper")
+    md = render_markdown(_build(workspace))
+    row = next(line for line in md.splitlines() if line.startswith("| Transformer |"))
+    assert "| -5.00 |" in row and "No Δ column" not in md  # 50.00 ours vs 55.0 paper
+    put_record("ut-cpu", seed=1, **{"model.recurrence": "ut"})  # another row, at laptop scale
+    cells = [c.strip() for c in next(line for line in render_markdown(_build(workspace)).splitlines()
+                                     if line.startswith("| UT |")).strip("|").split("|")]  # fmt: skip
+    assert cells[4:7] == ["96.00 (s)", "90.00 (n=1)", ""]  # its char. acc.: paper and ours, no difference
+
+
+def test_pair_cells_need_a_part_and_split_into_two_columns(workspace, put_record):
+    paper = yaml.safe_load((workspace / "experiments" / "paper_tables.yaml").read_text())
+    paper["toy"]["tables"]["t1"]["rows"]["Transformer"]["char_acc"] = "72.1/83.9"
+    (workspace / "experiments" / "paper_tables.yaml").write_text(yaml.safe_dump(paper))
+    with pytest.raises(TableError, match=r"Transformer\.char_acc holds two numbers \(72\.1/83\.9\); give the column"):
+        _build(workspace)
+    spec = {**SPEC, "metrics": [
+        {"ours": "test/char_acc", "label": "F1", "paper_key": "char_acc", "paper_part": 1},
+        {"ours": "test/seq_acc", "label": "Acc", "paper_key": "char_acc", "paper_part": 2},
+    ]}  # fmt: skip
+    (workspace / "experiments" / "toy" / "t1.yaml").write_text(yaml.safe_dump(spec))
+    cells = _build(workspace).rows[0].paper
+    assert [c.value for c in cells] == [72.1, 83.9]
+
+
+def test_ut_table7_compares_the_papers_tokenized_bleu_with_ours():
+    spec = load_spec("ut/table7", EXPERIMENTS)
+    with_paper = [m for m in spec.metrics if m.paper_key]
+    assert [m.ours for m in with_paper] == ["test/tok_bleu"]
+
+
+@pytest.mark.parametrize("name", sorted(list_specs(EXPERIMENTS)))
+def test_every_spec_has_sourced_claims_the_papers_own_numbers_satisfy(name):
+    spec = load_spec(name, EXPERIMENTS)
+    assert spec.claims, f"{name}: no claims"
+    assert all(c.source.strip() for c in spec.claims)
+    built = build_table(spec, [], load_paper_tables(experiments_dir=EXPERIMENTS))
+    for result in evaluate_claims(built):
+        assert result.status == "not run"  # no records: never a silent pass
+        assert result.paper_agrees is not False, f"{name}: {result.spec.claim!r} contradicts the paper's own numbers"
+
+
+def test_bigbird_specs_name_the_presets_of_their_rows():
+    t1 = load_spec("bigbird/table1_building_blocks", EXPERIMENTS)
+    assert [r.match["experiment"] for r in t1.rows] == [
+        f"bigbird/table1/{r}" for r in ("full", "random_only", "window_only", "random_window")
+    ]
+    assert [m.ours for m in t1.metrics][0] == "test/mlm_acc"
+    t10 = load_spec("bigbird/table10_mlm_bpc", EXPERIMENTS)
+    assert [r.match["experiment"] for r in t10.rows] == [
+        f"bigbird/table10/{r}" for r in ("full_512", "bigbird_itc_2048", "bigbird_itc_4096")
+    ]
+    assert [m.ours for m in t10.metrics][:2] == ["test/bits_per_token", "test/bpc"]
+
+
+def test_published_records_are_found_by_the_skip_lookup(tmp_path, record_factory, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    published = tmp_path / "results" / "runs" / "ut" / "table4" / "ut_copy" / "s1"
+    published.mkdir(parents=True)
+    (published / "results.json").write_text(json.dumps(record_factory(config_hash="cd" * 32)))
+    (tmp_path / "runs").mkdir()
+    roots = search_roots("runs", environ={})
+    assert [str(r) for r in roots] == ["runs", "results/runs"]
+    assert find_completed(roots, "cd" * 32) == published.relative_to(tmp_path) / "results.json"
+    assert find_completed("runs", "cd" * 32) is None  # what the lookup saw before: a clean clone retrained it
+    assert search_roots("runs", environ={"ATTNLAB_PUBLISHED_RUNS": "runs"}) == [search_roots("runs", {})[0]]
+
+
+def test_listing_estimates_from_the_laptop_block_or_says_not_measured():
+    spec = spec_from_dict({**SPEC, "laptop": {"protocol": "p", "per_run_s": 300, "runs": 6}}, "toy/t1")
+    bare = spec_from_dict(SPEC, "toy/t2")
+    assert estimate(Target("t", [], [spec]), seeds=3) == "~45 min (toy/t1: 9 runs x 300 s)"
+    assert estimate(Target("t", [], [spec, bare]), seeds=1).endswith("; not measured: toy/t2")
+    names = [t.name for t in table_targets(REPO / "src/attnlab/conf/experiment", EXPERIMENTS)]
+    for target in ("reproduce-ut-table4", "reproduce-bigbird-table1", "reproduce-bigbird-table10",
+                   "reproduce-synthesizer-table4-t5", "reproduce-synthesizer-table5-t5"):  # fmt: skip
+        assert target in names
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
+def test_make_reproduce_table_n_names_the_matching_targets():
+    out = subprocess.run(["make", "-s", "reproduce-table4", "STAMP="], cwd=REPO, capture_output=True, text=True,
+                         timeout=60)  # fmt: skip
+    assert out.returncode == 2 and "No rule" not in out.stderr
+    for target in ("reproduce-ut-table4", "reproduce-synthesizer-table4", "reproduce-synthesizer-table4-t5"):
+        assert f"make {target}\n" in out.stderr
+    listing = subprocess.run(["make", "-s", "reproduce-list", "SEEDS=1,2", "STAMP="], cwd=REPO, capture_output=True,
+                             text=True, timeout=60)  # fmt: skip
+    assert listing.returncode == 0, listing.stderr
+    line = next(x for x in listing.stdout.splitlines() if x.startswith("reproduce-lra-table1:"))
+    assert "seeds 1,2;" in line and "; estimated time " in line  # the arithmetic: test_listing_estimates_...
+    assert "reproduce-synthesizer-table5-t5: rows synthesizer/t5/multitask_superglue_" in listing.stdout
+
+
+def test_a_column_the_paper_has_no_number_for_has_no_paper_column(workspace, put_record):
+    spec = {**SPEC, "metrics": [*SPEC["metrics"], {"ours": "test/char_acc", "label": "In distribution"}]}
+    (workspace / "experiments" / "toy" / "t1.yaml").write_text(yaml.safe_dump(spec))
+    put_record("a")
+    header = next(line for line in render_markdown(_build(workspace)).splitlines() if line.startswith("| Row |"))
+    assert "| In distribution ↑ ours |" in header and "In distribution ↑ paper" not in header
+    assert "| Seq. acc. ↑ paper | Seq. acc. ours |" in header
+
+
+def test_a_note_that_yaml_reads_as_a_mapping_is_refused():
+    from attnlab.results.errors import SpecError
+
+    with pytest.raises(SpecError, match="quote a note that holds ': '"):
+        spec_from_dict({**SPEC, "notes": [{"in-distribution": "a row that never learned"}]}, "toy/t1")
