@@ -298,3 +298,20 @@ def test_a_huge_line_is_refused_naming_file_and_line(tmp_path):
     path.write_text("short\n" + "x" * (MAX_LINE_CHARS + 1) + "\n", encoding="utf-8")
     with pytest.raises(DataError, match=rf"train.en:2: line of {MAX_LINE_CHARS + 1} characters"):
         read_lines(path)
+
+
+# -- 17.13: a sweep with failed jobs exits non-zero, whatever the launcher -------------------------------------
+def test_a_parallel_sweep_with_failed_jobs_exits_1_and_lists_them(tmp_path):
+    """Jobs in joblib's worker processes: the summary comes from their failed records under the sweep folder,
+    which attnlab names up front when the command does not."""
+    env = {**os.environ, "ATTNLAB_RUNS_DIR": str(tmp_path / "runs"), "HYDRA_FULL_ERROR": "0",
+           "PYTHONPATH": os.pathsep.join(sys.path)}
+    (tmp_path / "empty").mkdir()
+    done = subprocess.run([sys.executable, "-m", "attnlab.train", "-m", *TINY, "task=lm/wikitext2",
+                           f"paths.data_root={tmp_path / 'empty'}", "seed=1,2", "logger=csv",
+                           "hydra/launcher=joblib_attnlab", "hydra.launcher.n_jobs=2", "hardware.torch_threads=1"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 1, done.stderr[-3000:]
+    summary = done.stderr[done.stderr.index("2 job(s) of the sweep failed"):]
+    assert summary.count("not found under") == 2, summary
+    assert str(tmp_path / "runs" / "multirun") in summary, summary
