@@ -8,7 +8,8 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-SCRIPTS = ["bench_bigbird.py", "bench_decoding.py", "bench_training.py", "bench_variants.py", "bench_startup.py"]
+SCRIPTS = ["bench_bigbird.py", "bench_decoding.py", "bench_training.py", "bench_variants.py", "bench_startup.py",
+           "bench_sweep.py"]
 
 
 def main() -> int:

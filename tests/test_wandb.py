@@ -7,8 +7,11 @@ from __future__ import annotations
 import json
 import time
 
+import pytest
+
 from attnlab.cli.table import build_tables
 from attnlab.cli.wandb_io import offline_run_files, offline_wandb_records, read_offline_run
+from attnlab.results.errors import TableError
 from attnlab.training.config import validate
 from attnlab.training.run import run
 from tests.conftest import REPO, TINY, TINY_ALGO, compose
@@ -66,7 +69,9 @@ def test_offline_wandb_runs_carry_the_record_and_attnlab_table_reads_them_back(t
     # attnlab-table ... wandb=true: the built table (markdown, PNG) goes to wandb as an artifact
     out = tmp_path / "results"
     build_tables({"table": "demo/copy", "source": "wandb", "runs": str(tmp_path / "runs"), "out": str(out),
-                  "experiments_dir": str(REPO / "experiments"), "wandb": True})
+                  "experiments_dir": str(REPO / "experiments"), "logger": "wandb"})  # = wandb=true
     artifacts = [a for _, r in _finished_runs(tmp_path, 3) for a in r["artifacts"] if a["type"] == "table"]
     assert len(artifacts) == 1
     assert {"demo/copy.md", "demo/copy.png"} <= set(artifacts[0]["files"])
+    with pytest.raises(TableError, match="logger must be wandb"):
+        build_tables({"table": "summary", "runs": str(tmp_path / "runs"), "logger": "csv"})

@@ -99,6 +99,18 @@ RULES: dict[str, Rule] = {
         reference="baseline",
         size_scales=("cpu",),
     ),
+    # BigBird Table 1: one masked-LM setup at length 512, only the attention pattern changes (full, random,
+    # window, random + window); the sparse patterns reuse the dense projections, so sizes are equal by design.
+    "bigbird/table1": Rule(group_by="task.name", may_differ=("model.attention", "model.attention.*")),
+    # BigBird Table 10: full attention at 512 vs BigBird-ITC at 2048 / 4096. The sequence length and the
+    # sequences per update change together (equal tokens per update, tests/experiments/test_sparse_protocols.py);
+    # learned position tables grow with the length.
+    "bigbird/table10": Rule(
+        group_by="task.name",
+        may_differ=("model.attention", "model.attention.*", "task.block_len", "batch.sentences_per_update",
+                    "batch.eval_batch_size", "at_scale.cpu.batch.sentences_per_update",
+                    "at_scale.cpu.batch.eval_batch_size"),
+    ),
 }
 
 

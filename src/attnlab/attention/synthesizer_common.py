@@ -222,7 +222,7 @@ class RandomLogits(SynthComponent):
 
     Fixed R (``trainable=False``) is the paper's untrained random initialisation: a persistent buffer,
     one N(0, 1) draw per head. Built alone it is drawn from ``seed``; inside a network
-    (``attention.seeding.draw_per_layer``) each layer redraws from (``seed``, its module path), so no two
+    (``SynthesizerAttention.bind_layer``) each layer redraws from (``seed``, its layer index), so no two
     layers share R and the run seed changes every one of them.
     """
 
@@ -355,6 +355,14 @@ class SynthesizerAttention(Attention):
         self.v_proj = nn.Linear(d_model, d_model, bias=bias)
         self.out_proj = nn.Linear(d_model, d_model, bias=bias)
         self._init_weights(names, getattr(options, "weights", None), getattr(options, "learn_weights", True))
+
+    def bind_layer(self, layer_index: int, run_seed: int) -> None:
+        """Each layer's fixed random R is its own draw (``FixedRandomLogits.draw_for_layer``)."""
+        super().bind_layer(layer_index, run_seed)
+        for name, component in self.components.items():
+            draw = getattr(component, "draw_for_layer", None)
+            if callable(draw):
+                draw(f"layer{int(layer_index)}/{name}")
 
     def _init_weights(self, names, weights, learn: bool) -> None:
         self.mix_alpha = None

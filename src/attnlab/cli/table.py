@@ -55,6 +55,8 @@ def build_tables(cfg: Mapping[str, Any] | DictConfig) -> list[Path]:
     source = cfg.get("source", "local")
     if source not in ("local", "wandb"):
         raise TableError(f"source must be local or wandb, got {source!r}")
+    if cfg.get("logger") not in (None, "wandb"):  # as attnlab-train's logger=wandb: send the tables there
+        raise TableError(f"logger must be wandb (the same as wandb=true) or unset, got {cfg.get('logger')!r}")
     exp_dir = Path(cfg.get("experiments_dir") or default_experiments_dir())
     table = str(cfg.get("table", "all"))
 
@@ -131,7 +133,7 @@ def build_tables(cfg: Mapping[str, Any] | DictConfig) -> list[Path]:
             sys.stdout.write(render_markdown(built) + "\n")
     for path in written:
         print(f"wrote {path}")
-    if cfg.get("wandb"):
+    if cfg.get("wandb") or cfg.get("logger") == "wandb":
         from attnlab.cli.wandb_io import upload_tables
 
         run_id = upload_tables(written, entity=cfg.get("entity"), project=cfg.get("project"), name=table)

@@ -1,8 +1,12 @@
-"""Character (symbol) and sequence accuracy of decoded outputs, as the UT paper reports for algorithmic tasks."""
+"""Character (symbol) and sequence accuracy of decoded outputs, as the UT paper reports for algorithmic tasks;
+perplexity and masked-LM scores (accuracy, bits per character and per token) as sums over ranks."""
 
 from __future__ import annotations
 
+import math
+
 import torch
+import torch.nn.functional as F
 from torchmetrics import Metric
 
 
@@ -79,3 +83,25 @@ class Ratio(Metric):
 
     def compute(self) -> torch.Tensor:
         return self.num / self.den.clamp_min(1e-12)
+
+
+class MaskedLMScore(Metric):
+    """Sums over masked positions (across ranks): NLL in nats, tokens, correct predictions, characters."""
+
+    full_state_update = False
+
+    def __init__(self) -> None:
+        super().__init__()
+        for name in ("nll", "tokens", "correct", "chars"):
+            self.add_state(name, default=torch.tensor(0.0, dtype=torch.float64), dist_reduce_fx="sum")
+
+    def update(self, logits: torch.Tensor, target: torch.Tensor, chars: torch.Tensor) -> None:
+        self.nll += F.cross_entropy(logits.float(), target, reduction="sum").detach().double()
+        self.tokens += target.numel()
+        self.correct += logits.argmax(-1).eq(target).sum().double()
+        self.chars += chars.sum().double()
+
+    def compute(self) -> dict[str, torch.Tensor]:
+        bits = self.nll / math.log(2)
+        return {"loss": self.nll / self.tokens.clamp_min(1), "mlm_acc": self.correct / self.tokens.clamp_min(1),
+                "bpc": bits / self.chars.clamp_min(1), "bits_per_token": bits / self.tokens.clamp_min(1)}

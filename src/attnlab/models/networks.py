@@ -10,7 +10,6 @@ import torch
 from torch import nn
 
 from attnlab.attention import number_attention_layers
-from attnlab.attention.seeding import draw_per_layer
 from attnlab.models.blocks import LayerSpec, sinusoid_table
 from attnlab.models.recurrence import build_decoder_stack, build_encoder_stack
 
@@ -117,7 +116,7 @@ class EncoderDecoder(nn.Module):
         self.pad_id = pad_id
         self.encoder = build_encoder_stack(dict(cfg["recurrence"]), spec, cfg["encoder_layers"])
         self.decoder = build_decoder_stack(dict(cfg["recurrence"]), spec, cfg["decoder_layers"], cross=True)
-        number_attention_layers(self)  # per-layer random state (BigBird plans) from (run seed, layer)
+        number_attention_layers(self)  # per-layer random state (BigBird plans, fixed random R) from (seed, layer)
         self.max_shift = int(cfg.get("random_position_offset", 0) or 0)
         emb = dict(pad_id=pad_id, max_len=max_len, positions=cfg["positions"], dropout=cfg["dropout"],
                    max_shift=self.max_shift)
@@ -131,7 +130,6 @@ class EncoderDecoder(nn.Module):
         self.output = nn.Linear(cfg["d_model"], tgt_vocab, bias=False)
         if cfg["tie_output"]:
             self.output.weight = self.tgt_embed.tokens.weight
-        draw_per_layer(self)
 
     def encode(self, src: torch.Tensor):
         padding = src.eq(self.pad_id)
@@ -170,7 +168,6 @@ class DecoderLM(nn.Module):
         self.output = nn.Linear(cfg["d_model"], vocab, bias=False)
         if cfg["tie_output"]:
             self.output.weight = self.embed.tokens.weight
-        draw_per_layer(self)
 
     def forward(self, ids: torch.Tensor, *, cache: dict | None = None):
         offset = 0 if cache is None else int(cache.get("length", 0))
@@ -199,7 +196,6 @@ class EncoderClassifier(nn.Module):
             nn.Linear(cfg["d_model"], cfg["d_model"]), nn.Tanh(), nn.Dropout(cfg["dropout"]),
             nn.Linear(cfg["d_model"], num_classes),
         )
-        draw_per_layer(self)
 
     def forward(self, ids: torch.Tensor):
         padding = ids.eq(self.pad_id)
@@ -209,3 +205,31 @@ class EncoderClassifier(nn.Module):
         keep = (~padding).unsqueeze(-1).to(h.dtype)
         pooled = (h * keep).sum(1) / keep.sum(1).clamp_min(1.0)
         return self.head(pooled), _merge_aux(aux, {})
+
+
+class EncoderMLM(nn.Module):
+    """Encoder with BERT's masked-LM head: dense + GELU + LayerNorm, then the output projection tied to the
+    token embedding plus a per-token bias (google-research/bert ``get_masked_lm_output``).
+
+    ``forward(ids, scored)`` returns logits at the ``scored`` positions only, (number scored, vocab): the
+    vocabulary projection, the largest matrix product at word level, is paid for 15% of the tokens.
+    """
+
+    def __init__(self, cfg: dict[str, Any], *, vocab: int, pad_id: int, max_len: int):
+        super().__init__()
+        spec = _spec(cfg, max_len)
+        self.pad_id = pad_id
+        self.encoder = build_encoder_stack(dict(cfg["recurrence"]), spec, cfg["encoder_layers"])
+        self.embed = Embedding(vocab, cfg["d_model"], pad_id=pad_id, max_len=max_len,
+                               positions=cfg["positions"], dropout=cfg["dropout"])
+        d = cfg["d_model"]
+        self.transform = nn.Sequential(nn.Linear(d, d), nn.GELU(), nn.LayerNorm(d))
+        self.output = nn.Linear(d, vocab, bias=True)
+        if cfg["tie_output"]:
+            self.output.weight = self.embed.tokens.weight
+
+    def forward(self, ids: torch.Tensor, scored: torch.Tensor):
+        padding = ids.eq(self.pad_id)
+        x = self.embed(ids, add_positions=not self.encoder.adds_positions)
+        h, aux = self.encoder(x, padding if padding.any() else None)
+        return self.output(self.transform(h[scored])), _merge_aux(aux, {})

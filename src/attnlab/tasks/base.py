@@ -81,6 +81,7 @@ def _load_families() -> None:
         listops,
         lra_bytes,
         lte,
+        masked_lm,
         span_corruption,
         summarization,
         sva,

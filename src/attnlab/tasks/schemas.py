@@ -64,6 +64,15 @@ class TextLMTask(CommonTask):
 
 
 @dataclass
+class MaskedLMTask(TextLMTask):
+    # BERT masking (tasks/masked_lm.py): mask_prob of each block's tokens scored, 80/10/10 <mask>/random/kept.
+    block_len: int = 512
+    mask_prob: float = 0.15
+    masks_per_block: int = 10    # training copies of each block, each with its own mask (RoBERTa: 10)
+    eval_seed: int = 0           # evaluation masks: the same for every run and row
+
+
+@dataclass
 class TranslationTask(CommonTask):
     src_lang: str = "en"
     tgt_lang: str = "de"
@@ -263,7 +272,7 @@ class TextToTextTask(CommonTask):
     note: Any = None                  # what the mixture leaves out of the paper's benchmark (metric_flavours.coverage)
 
 
-_SCHEMAS = {"algorithmic": AlgorithmicTask, "listops": ListOpsTask, "text_lm": TextLMTask,
+_SCHEMAS = {"algorithmic": AlgorithmicTask, "listops": ListOpsTask, "text_lm": TextLMTask, "masked_lm": MaskedLMTask,
             "translation": TranslationTask, "summarization": SummarizationTask, "dialogue": DialogueTask,
             "babi": BabiTask, "glue": GlueTask,
             "lambada": LambadaTask, "lte": LteTask, "sva": SvaTask, "lra_text": LraBytesTask,

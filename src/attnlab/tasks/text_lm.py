@@ -86,25 +86,31 @@ def train_word_tokenizer(lines: list[str]) -> Tokenizer:
     return tok
 
 
+def lm_tokenizer(cfg: dict[str, Any], train_lines: list[str]) -> tuple[Tokenizer, int, str]:
+    """(tokenizer, end-of-line id, token unit) of ``task.tokenizer``: the corpus' own words (``word``, the
+    default) or a BPE vocabulary learned on the (capped) training text (``bpe``)."""
+    t = cfg.get("tokenizer") or {"kind": "word"}
+    kind = t.get("kind", "word")
+    if kind == "word":
+        tok = train_word_tokenizer(train_lines)
+        return tok, tok.token_to_id(EOS_WORD), "word-level token"
+    if kind == "bpe":
+        limit = cfg.get("max_train_tokens")  # BPE learns from the text that is trained on (and trains faster)
+        bpe_text = _first_words(train_lines, int(limit)) if limit else train_lines
+        tok = build_tokenizer("bpe", bpe_text, vocab_size=int(t.get("vocab_size", 8000)),
+                              lowercase=bool(t.get("lowercase", False)), min_frequency=int(t.get("min_frequency", 2)),
+                              cache_dir=cfg.get("tokenizer_cache"))
+        return tok, tok.token_to_id(SPECIALS[2]), "BPE subword"
+    raise DataError(f"task.tokenizer.kind={kind!r}; valid: word, bpe")
+
+
 @register_task_family("text_lm")
 def load_text_lm(cfg: dict[str, Any], seed: int) -> TaskData:
     lines = _split_lines(cfg)
     if not lines.get("train"):
         raise DataError("the language-modelling training split is empty; check task.files.train")
-    t = cfg.get("tokenizer") or {"kind": "word"}
-    kind = t.get("kind", "word")
-    if kind == "word":
-        tok = train_word_tokenizer(lines["train"])
-        eos, unit = tok.token_to_id(EOS_WORD), "word-level token"
-    elif kind == "bpe":
-        limit = cfg.get("max_train_tokens")  # BPE learns from the text that is trained on (and trains faster)
-        bpe_text = _first_words(lines["train"], int(limit)) if limit else lines["train"]
-        tok = build_tokenizer("bpe", bpe_text, vocab_size=int(t.get("vocab_size", 8000)),
-                              lowercase=bool(t.get("lowercase", False)), min_frequency=int(t.get("min_frequency", 2)),
-                              cache_dir=cfg.get("tokenizer_cache"))
-        eos, unit = tok.token_to_id(SPECIALS[2]), "BPE subword"
-    else:
-        raise DataError(f"task.tokenizer.kind={kind!r}; valid: word, bpe")
+    tok, eos, unit = lm_tokenizer(cfg, lines["train"])
+    kind = (cfg.get("tokenizer") or {}).get("kind", "word")
     pad = tok.token_to_id(SPECIALS[0])
     datasets, cuts = {}, []
     for split, split_lines in lines.items():

@@ -28,6 +28,7 @@ class Throughput(L.Callback):
         self.log = log
         self.total_tokens = 0
         self.train_seconds = 0.0
+        self.total_steps = 0
         self._window_tokens, self._window_seconds, self._window_steps = 0, 0.0, 0
         self.first_batch_at: float | None = None  # wall clock of the first training batch (start-up time)
 
@@ -43,6 +44,7 @@ class Throughput(L.Callback):
         tokens = (pl_module._tokens_seen - self._tokens0) * trainer.world_size
         self.total_tokens += tokens
         self.train_seconds += elapsed
+        self.total_steps += trainer.global_step - self._step0
         self._window_tokens += tokens
         self._window_seconds += elapsed
         self._window_steps += trainer.global_step - self._step0
@@ -55,6 +57,10 @@ class Throughput(L.Callback):
 
     def average_tokens_per_s(self) -> float | None:
         return self.total_tokens / self.train_seconds if self.train_seconds > 0 else None
+
+    def average_step_s(self) -> float | None:
+        """Mean wall seconds per optimizer step of this process (training batches only)."""
+        return self.train_seconds / self.total_steps if self.total_steps > 0 else None
 
 
 class MetricsLine(L.Callback):

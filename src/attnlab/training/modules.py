@@ -13,8 +13,8 @@ import torch
 import torch.nn.functional as F
 
 from attnlab.decoding import beam_search, greedy_decode
-from attnlab.metrics import Perplexity, Ratio, SequenceAccuracy
-from attnlab.models import DecoderLM, EncoderClassifier, EncoderDecoder
+from attnlab.metrics import MaskedLMScore, Perplexity, Ratio, SequenceAccuracy
+from attnlab.models import DecoderLM, EncoderClassifier, EncoderDecoder, EncoderMLM
 from attnlab.training.schedules import lr_multiplier
 
 
@@ -444,5 +444,50 @@ class RegressionModule(TaskModule):
             self.log_split_scores(idx)
 
 
+class MaskedLMModule(TaskModule):
+    """Encoder with a masked-LM head (tasks/masked_lm.py): the loss and every metric read the masked
+    positions only (``batch["scored"]``); ``mlm_acc``, ``bpc`` (bits per character), ``bits_per_token``
+    (the papers' "BPC") and ``loss`` (nats per masked token) per split."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.val_score = MaskedLMScore()
+        self.test_score = torch.nn.ModuleList(MaskedLMScore() for _ in self.eval_split_names)
+
+    def build_model(self):
+        t = self.task_info
+        return EncoderMLM(self.model_cfg, vocab=t["vocab_size"], pad_id=t["pad_id"], max_len=self.model_cfg["max_len"])
+
+    def _logits(self, batch):
+        logits, aux = self.model(batch["ids"], batch["scored"])
+        return logits, batch["target"][batch["scored"]], aux
+
+    def compute_loss(self, batch):
+        logits, target, aux = self._logits(batch)
+        loss = F.cross_entropy(logits.float(), target, label_smoothing=self.optim_cfg["label_smoothing"])
+        return loss, aux, int(batch["ids"].numel())
+
+    def validation_step(self, batch, batch_idx):
+        logits, target, _ = self._logits(batch)
+        self.val_score.update(logits, target, batch["chars"][batch["scored"]])
+
+    def on_validation_epoch_end(self):
+        for key, value in self.val_score.compute().items():
+            self.log(f"val/{key}", value.float(), prog_bar=key in ("loss", "mlm_acc"))
+        self.val_score.reset()
+
+    def test_step(self, batch, batch_idx, dataloader_idx: int = 0):
+        logits, target, _ = self._logits(batch)
+        self.test_score[dataloader_idx].update(logits, target, batch["chars"][batch["scored"]])
+
+    def on_test_epoch_end(self):
+        for idx, metric in enumerate(self.test_score):
+            if int(metric.tokens) == 0:
+                continue
+            for key, value in metric.compute().items():
+                self.log(f"{self.eval_prefix(idx)}/{key}", value.float(), add_dataloader_idx=False)
+            metric.reset()
+
+
 MODULES = {"seq2seq": Seq2SeqModule, "lm": LMModule, "classification": ClassificationModule,
-           "regression": RegressionModule}
+           "regression": RegressionModule, "mlm": MaskedLMModule}

@@ -149,9 +149,11 @@ def model_config(cfg: DictConfig, task: TaskData) -> dict[str, Any]:
     model.pop("at_scale", None)
     if model.get("max_len") is None:
         model["max_len"] = task.max_len
-    elif task.max_len > model["max_len"]:
+    elif task.max_len > model["max_len"] and longest_example(task) > model["max_len"]:
+        # A seq2seq task's max_len includes room to decode (max_len_a x source + max_len_b); an explicit
+        # model.max_len (the synthesizers' l_max) only has to hold the data: decoding stops at it.
         raise ConfigError(
-            f"the task needs sequences of length {task.max_len} but model.max_len={model['max_len']}; "
+            f"the task needs sequences of length {longest_example(task)} but model.max_len={model['max_len']}; "
             f"raise model.max_len or shorten the task"
         )
     attention = model["attention"]
@@ -162,6 +164,15 @@ def model_config(cfg: DictConfig, task: TaskData) -> dict[str, Any]:
 
         attention["train_length_p975"] = length_p975(task.train_lengths)
     return model
+
+
+def longest_example(task: TaskData) -> int:
+    """The longest sequence a model must hold over every split (BOS/EOS included), without decoding room."""
+    from attnlab.training.data import example_length
+
+    if task.kind != "seq2seq" or not task.datasets:
+        return task.max_len
+    return max(max(example_length(ds[i]) for i in range(len(ds))) + 1 for ds in task.datasets.values() if len(ds))
 
 
 def task_info(task: TaskData) -> dict[str, Any]:
@@ -672,7 +683,8 @@ def _record(cfg: DictConfig, run_dir: Path, command: str | None, trainer: L.Trai
         "metrics": {"final": collect_metrics(trainer) if status == "completed" else {}, "best": dict(best.best)},
         "params": params,
         "cost": {"wall_s": round(time.time() - started, 2), "tokens_per_s": throughput.average_tokens_per_s(),
-                 "peak_mem_mb": peak_memory_mb(module.device), "steps": trainer.global_step,
+                 "step_s": throughput.average_step_s(), "peak_mem_mb": peak_memory_mb(module.device),
+                 "steps": trainer.global_step,
                  # start-up: config checks, data, tokenizer and model up to the first training batch
                  "startup_s": round(throughput.first_batch_at - started, 2) if throughput.first_batch_at else None},
         "metric_flavours": run_flavours(cfg, task),
@@ -682,8 +694,27 @@ def _record(cfg: DictConfig, run_dir: Path, command: str | None, trainer: L.Trai
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "versions": {"python": platform.python_version(), "torch": torch.__version__,
                      "lightning": L.__version__, "attnlab": attnlab.__version__},
-        "extra": {"debug": cfg.get("debug_mode"), "skipped_batches": guard.skipped},
+        "extra": {"debug": cfg.get("debug_mode"), "skipped_batches": guard.skipped,
+                  **_attention_coverage(module, task)},
     }
+
+
+def _attention_coverage(module: TaskModule, task: TaskData) -> dict[str, Any]:
+    """``attention_coverage``: the sparse attention's attended fraction over the test split's lengths
+    (training/sparsity.py); nothing for dense attention."""
+    from attnlab.training.data import example_length
+    from attnlab.training.sparsity import coverage_summary, sparse_modules
+
+    test = task.datasets.get(next(iter(task.eval_splits.values()), "test"))
+    if test is None or not sparse_modules(module.model):
+        return {}
+    summary = coverage_summary(module.model, (example_length(test[i]) for i in range(len(test))))
+    if summary is None:
+        return {}
+    log.info("sparse attention attends %.1f%% of the keys on average (max %.1f%%) over test lengths %d-%d",
+             100 * summary["attended_fraction_mean"], 100 * summary["attended_fraction_max"],
+             summary["lengths"]["min"], summary["lengths"]["max"])
+    return {"attention_coverage": summary}
 
 
 def _write_interrupted_record(cfg, run_dir, command, trainer, module, callbacks, task, started,

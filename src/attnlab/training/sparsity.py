@@ -1,0 +1,62 @@
+"""How much of the attention matrix a sparse attention really uses, at the lengths a task feeds it.
+
+The attended fraction at length L is the share of the (query, key) pairs among L real tokens that the
+attention lets through: allowed pairs / L^2 (bidirectional) or / L(L+1)/2 (causal, where only the past
+counts), 1.0 when the module falls back to dense attention at that length. It is read from the module's own
+plan (``plan_for_length``, ``uses_dense``: BigBird), so it is the pattern the run trained with, averaged over
+the plan's heads when each head has its own random blocks. Dense variants
+have no plan and are not reported. The run record keeps the summary over the test split's lengths
+(``extra.attention_coverage``), so a table can check a claim such as "BigBird attends <= 50% of the keys".
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import Counter
+from collections.abc import Iterable
+from typing import Any
+
+import torch
+
+from attnlab.attention.bigbird import bigbird_reference_allowed
+
+
+def sparse_modules(model: torch.nn.Module) -> list[torch.nn.Module]:
+    """The attention modules of ``model`` that carry a block plan."""
+    return [m for m in model.modules() if hasattr(m, "plan_for_length") and hasattr(m, "uses_dense")]
+
+
+def attended_fraction(module: torch.nn.Module, length: int) -> float:
+    """Share of the (query, key) pairs among ``length`` real tokens that ``module`` attends (see module doc)."""
+    if length <= 0:
+        raise ValueError(f"length must be positive, got {length}")
+    causal = bool(getattr(module, "causal", False))
+    if module.uses_dense(length):
+        return 1.0
+    with torch.no_grad():
+        # (heads of the plan, length, length), or (length, length) for a plan shared by every head
+        allowed = bigbird_reference_allowed(module.plan_for_length(length, torch.device("cpu")), length)
+    pairs = length * (length + 1) // 2 if causal else length * length
+    heads = allowed.numel() // (length * length)
+    return int(allowed.sum()) / (pairs * heads)
+
+
+def coverage_summary(model: torch.nn.Module, lengths: Iterable[int]) -> dict[str, Any] | None:
+    """The attended fraction over a split's example lengths (each example as if alone in its batch),
+    averaged over the model's sparse modules; None when the model has none."""
+    modules = sparse_modules(model)
+    counts = Counter(int(n) for n in lengths if int(n) > 0)
+    if not modules or not counts:
+        return None
+    per_length = {n: statistics.fmean(attended_fraction(m, n) for m in modules) for n in sorted(counts)}
+    total = sum(counts.values())
+    first = modules[0]
+    return {
+        "attended_fraction_mean": sum(per_length[n] * c for n, c in counts.items()) / total,
+        "attended_fraction_max": max(per_length.values()),
+        "attended_fraction_min": min(per_length.values()),
+        "dense_fallback_share": sum(c for n, c in counts.items() if first.uses_dense(n)) / total,
+        "lengths": {"min": min(counts), "max": max(counts), "mean": sum(n * c for n, c in counts.items()) / total,
+                    "examples": total},
+        "block_size": int(getattr(first, "block_size", 0)) or None,
+    }
