@@ -218,9 +218,9 @@ SPLIT_SIZES = ("train_size", "val_size", "test_size")
 LOGGER_PACKAGES = {"tensorboard": (("tensorboard", "tensorboardX"), "attnlab[tensorboard]"),
                    "wandb": (("wandb",), "wandb")}
 # Which attention roles a task family's model uses: language models are decoder-only (causal), classifiers
-# encoder-only (bidirectional), the rest encoder-decoder. Loaders not listed get only role-free checks.
+# and masked LMs encoder-only (bidirectional), the rest encoder-decoder. Loaders not listed are not checked.
 LM_LOADERS = ("text_lm", "lambada")
-CLASSIFIER_LOADERS = ("babi", "glue", "listops", "lra_text", "lra_retrieval", "sva")
+ENCODER_LOADERS = ("babi", "glue", "listops", "lra_text", "lra_retrieval", "sva", "masked_lm")
 SEQ2SEQ_LOADERS = ("algorithmic", "dialogue", "lte", "span_corruption", "summarization", "text_to_text",
                    "translation")
 
@@ -489,7 +489,7 @@ def _check_attention_builds(view: DictConfig) -> None:
     roles: list[tuple[bool, bool]] = []   # (causal, cross)
     if loader in LM_LOADERS:
         roles = [(True, False)]
-    elif loader in CLASSIFIER_LOADERS:
+    elif loader in ENCODER_LOADERS:
         roles = [(False, False)]
     elif loader in SEQ2SEQ_LOADERS:
         roles = [(False, False), (True, False), (False, True)]
