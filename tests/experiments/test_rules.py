@@ -23,14 +23,11 @@ from attnlab.training.config import validate
 from tests.experiments.paper_presets import presets, table_dirs
 
 ALWAYS_DIFFER = ("experiment_name", "row", "run_name")
-# Rule.group_by value: group rows by the last "_" part of the preset name (the paper column), for tables whose
-# columns differ in something the config cannot tell apart at every scale (UT Table 1: bAbI 10k vs 1k).
-PRESET_SUFFIX = "<preset suffix>"
 
 
 @dataclass(frozen=True)
 class Rule:
-    group_by: str | None  # config key (or PRESET_SUFFIX) splitting the rows into groups compared among themselves
+    group_by: str | None  # config key splitting the rows into groups compared among themselves
     may_differ: tuple[str, ...]  # fnmatch patterns over dotted config keys: the variable under study
     params_within: float | None = None  # max |params - reference| / reference; None: sizes differ by design
     reference: str | None = None  # preset stem (or suffix) of the reference row of each group
@@ -76,9 +73,9 @@ RULES: dict[str, Rule] = {
     "synthesizer/table4": Rule(group_by="task.name", may_differ=("model.attention", "model.attention.*")),
     "synthesizer/table5": Rule(group_by="task.name", may_differ=("model.attention", "model.attention.*")),
     # UT Table 1 (bAbI, per column 10k / 1k joint): Transformer, UT and UT+ACT of T2T's tiny size share everything
-    # but the recurrence (and the model preset's name); the UT shares one layer, so it is smaller by design. At
-    # scale=cpu both columns train on the 1k set, so the columns are told apart by the preset name.
-    "ut/table1": Rule(group_by=PRESET_SUFFIX, may_differ=("model.name", "model.recurrence", "model.recurrence.*")),
+    # but the recurrence (and the model preset's name); the UT shares one layer, so it is smaller by design. The
+    # columns train on different data (en-10k / en) at every scale.
+    "ut/table1": Rule(group_by="task.variant", may_differ=("model.name", "model.recurrence", "model.recurrence.*")),
     # UT Tables 5-6 (Learning to Execute, per task variant): Table 4's tiny Transformer vs UT, only the recurrence.
     "ut/table5": Rule(group_by="task.variant", may_differ=("model.name", "model.recurrence", "model.recurrence.*")),
     "ut/table6": Rule(group_by="task.variant", may_differ=("model.name", "model.recurrence", "model.recurrence.*")),
@@ -147,6 +144,7 @@ def _plain(experiment: str, scale: str) -> dict:
     plain.pop("paths", None)
     # at_scale blocks are inputs: at scale=cpu they are already merged into the effective values compared
     # here, at scale=paper they are unused. Comparing them too would only repeat those differences.
+    plain.pop("at_scale", None)  # the root block (laptop protocols), likewise
     for section in ("model", "task"):
         plain[section].pop("at_scale", None)
     return _flat(plain)
@@ -155,10 +153,7 @@ def _plain(experiment: str, scale: str) -> dict:
 def _groups(table: str, rule: Rule, scale: str) -> dict[str, list[str]]:
     groups: dict[str, list[str]] = {}
     for experiment in presets(table):
-        if rule.group_by == PRESET_SUFFIX:
-            key = experiment.rsplit("_", 1)[1]
-        else:
-            key = str(OmegaConf.select(_config(experiment, scale), rule.group_by)) if rule.group_by else "all"
+        key = str(OmegaConf.select(_config(experiment, scale), rule.group_by)) if rule.group_by else "all"
         groups.setdefault(key, []).append(experiment)
     return groups
 

@@ -73,9 +73,9 @@ def test_nan_policy_skip_drops_bad_batches_up_to_the_limit(tmp_path, monkeypatch
 def test_disk_full_before_training_is_reported_and_writes_no_checkpoint(tmp_path, monkeypatch, capsys):
     import shutil
 
-    faults = importlib.import_module("attnlab.training.faults")
+    storage = importlib.import_module("attnlab.training.storage")
     real = shutil.disk_usage
-    monkeypatch.setattr(faults.shutil, "disk_usage", lambda p: real(p)._replace(free=4096))
+    monkeypatch.setattr(storage.shutil, "disk_usage", lambda p: real(p)._replace(free=4096))
     monkeypatch.chdir(tmp_path)
     run_dir = tmp_path / "run"
     code, err = run_cli(train_main, [*SHORT, f"hydra.run.dir={run_dir}"], capsys)
@@ -122,8 +122,11 @@ def test_unexpected_error_in_one_sweep_job_is_recorded_and_the_sweep_goes_on(tmp
 
     monkeypatch.setattr(Seq2SeqModule, "compute_loss", flaky)
     sweep = tmp_path / "sweep"
-    train_main(["-m", *TINY, *TINY_ALGO, "trainer.max_steps=2", "logger=wandb", "seed=1,2",
-                f"hydra.sweep.dir={sweep}"])
+    code, err = run_cli(train_main, ["-m", *TINY, *TINY_ALGO, "trainer.max_steps=2", "logger=wandb", "seed=1,2",
+                                     f"hydra.sweep.dir={sweep}"], capsys)
+    assert code == 1, err  # the sweep went on, then says which job failed
+    summary = err[err.index("1 job(s) of the sweep failed"):]
+    assert "RuntimeError: boom in the model" in summary and str(next(sweep.glob("0-*"))) in summary, summary
     records = {json.loads(p.read_text())["seed"]: json.loads(p.read_text()) for p in sweep.glob("*/results.json")}
     assert records[1]["status"] == "failed" and records[1]["error"] == "RuntimeError: boom in the model"
     assert records[2]["status"] == "completed"

@@ -33,30 +33,40 @@ def quiet_lightning() -> None:
             logger.removeHandler(handler)
 
 
+def _loaded(module: str, name: str) -> tuple[type[BaseException], ...]:
+    """``module.name`` if that module is imported, else nothing: an exception can only have been raised by a
+    module that is loaded, and importing torch or Lightning to name a class would cost seconds per refusal."""
+    mod = sys.modules.get(module)
+    return (getattr(mod, name),) if mod is not None else ()
+
+
 def user_errors() -> tuple[type[BaseException], ...]:
     """Exceptions that mean bad input (config, data, checkpoint), reported as one line."""
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
-    from attnlab.attention import AttentionError
-    from attnlab.tasks import DataError
-    from attnlab.training.checkpointing import CheckpointError
-    from attnlab.training.config import ConfigError
-
-    return (ConfigError, DataError, AttentionError, CheckpointError, HydraException, OmegaConfBaseException,
+    return (*_loaded("attnlab.training.config", "ConfigError"), *_loaded("attnlab.tasks.base", "DataError"),
+            *_loaded("attnlab.attention.base", "AttentionError"),
+            *_loaded("attnlab.training.checkpointing", "CheckpointError"), HydraException, OmegaConfBaseException,
             FileNotFoundError)
 
 
 def run_errors() -> tuple[type[BaseException], ...]:
     """Faults of a run that are not bad input (a NaN loss, a full disk), also reported as one line."""
-    from attnlab.training.faults import NonFiniteLoss, StorageError
-
-    return (NonFiniteLoss, StorageError)
+    return (*_loaded("attnlab.training.faults", "NonFiniteLoss"), *_loaded("attnlab.training.storage", "StorageError"))
 
 
 def one_line(exc: BaseException) -> str:
     """A single line for users, rewritten from Hydra's multi-line messages where they are known."""
     text = str(exc).strip()
+    override = getattr(exc, "override", None)
+    if exc.__class__.__name__ == "OverrideParseException" and override is not None:
+        first = text.splitlines()[0] if text else "cannot parse"
+        if "=" not in override:
+            return (f"argument {override!r} is not key=value ({first}); a value with spaces must be quoted for the "
+                    f"shell as a whole: \"paths.data_root=/my data\"")
+        return (f"cannot parse {override!r}: {first}; quote a value with spaces or special characters for Hydra "
+                f"too: 'key=\"value\"'")
     cause = exc.__cause__ or exc.__context__
     if cause is not None and "not in struct" in str(cause):
         text = f"{text}\n{cause}"  # Hydra keeps the useful part ("Key 'x' is not in struct") in the cause
@@ -89,13 +99,43 @@ def _options_in_folders(name: str) -> tuple[str, list[str]]:
 
     conf = Path(attnlab.conf.__file__).parent
     group, *folders = name.split("/")[:-1] or [name]
+    folders = [f for f in folders if f not in ("", ".", "..")]  # the listing never leaves the config tree
     root = conf / group
+    if group in ("", ".", "..") or not root.is_dir():
+        return group, []
     base = root
     for folder in folders:
         if not (base / folder).is_dir():
             break
         base = base / folder
     return group, sorted(str(p.relative_to(root).with_suffix("")) for p in base.rglob("*.yaml"))
+
+
+def check_group_choices(overrides: list[str]) -> None:
+    """A group choice (``experiment=...``, ``model/attention=...``) names a file under its folder of the config
+    tree: refuse ``..`` and absolute paths before Hydra (or an error message) follows them out of the tree."""
+    import re
+    from pathlib import Path
+
+    import attnlab.conf
+    from attnlab.training.config import ConfigError
+
+    conf = Path(attnlab.conf.__file__).parent
+    for override in overrides:
+        if "=" not in override or override.startswith("-"):
+            continue
+        key, value = override.split("=", 1)
+        key = key.lstrip("+~").split("@", 1)[0]
+        if "." in key or not key or not ((conf / key).is_dir() or key.startswith("hydra/")):
+            continue
+        parts = re.split(r"[,/()\[\]\s'\"]+", value)
+        if ".." in parts or value.lstrip("'\"").startswith("/") or "\\" in value:
+            root = conf / key
+            options = sorted(str(p.relative_to(root).with_suffix("")) for p in root.rglob("*.yaml")) \
+                if root.is_dir() else []
+            valid = ", ".join(options) if options else f"see conf/{key}"
+            raise ConfigError(f"{key}={value!r}: a choice of {key} names a preset under conf/{key} (no '..' or "
+                              f"absolute paths); valid options of {key}: {valid}")
 
 
 def fail(message: str, code: int = 2) -> None:
@@ -119,13 +159,12 @@ def compose(config_name: str, overrides: list[str], *, with_hydra: bool = False)
 
 
 def compose_checked(config_name: str, overrides: list[str]) -> DictConfig:
-    """Compose, apply the scale and validate, as the run will; raises the user errors above."""
+    """Compose, apply the scale and validate (the root keys too), as the run will; raises the user errors
+    above. Neither Lightning nor the model is needed for that (benchmarks/bench_refusal.py times it)."""
     from attnlab.training.config import validate
-    from attnlab.training.run import check_resume_config
     from attnlab.training.scale import apply_scale
 
     cfg = compose(config_name, overrides)
     apply_scale(cfg, overrides)
     validate(cfg)
-    check_resume_config(cfg)
     return cfg

@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import time
 from pathlib import Path
 
 import hydra
@@ -24,6 +25,7 @@ from omegaconf import DictConfig
 
 from attnlab.cli.common import (
     HYDRA_FLAGS,
+    check_group_choices,
     compose,
     compose_checked,
     fail,
@@ -41,7 +43,8 @@ def hydra_main(cfg: DictConfig) -> None:
     from hydra.core.hydra_config import HydraConfig
 
     from attnlab.training.checkpointing import Preempted
-    from attnlab.training.run import close_wandb, run, write_failed_record
+    from attnlab.training.run import close_wandb, run
+    from attnlab.training.storage import RunFolderBusy, RunFolderLock
 
     quiet_lightning()
     hc = HydraConfig.get()
@@ -49,6 +52,14 @@ def hydra_main(cfg: DictConfig) -> None:
     command = " ".join(["attnlab-train", *overrides])
     multirun = hc.mode.name == "MULTIRUN"
     out = hc.runtime.output_dir
+    try:
+        lock = RunFolderLock(out).acquire()  # one run per folder; released however this job ends
+    except RunFolderBusy as exc:  # the folder and its record belong to the live run: write nothing
+        if multirun:
+            log.error("job failed: %s", exc)
+            _FAILED_JOBS[out] = str(exc)
+            return
+        fail(str(exc))
     if hc.output_subdir is not None:
         save_config_that_runs(cfg, overrides, Path(out) / hc.output_subdir)
     try:
@@ -58,26 +69,44 @@ def hydra_main(cfg: DictConfig) -> None:
         if callable(exc.previous_handler):
             exc.previous_handler(exc.signum, None)  # e.g. submitit: requeue this job, then exit
         fail(str(exc), code=128 + int(exc.signum))
+    except KeyboardInterrupt:  # Ctrl-C before training started (while reading data): nothing to resume
+        fail("interrupted (Ctrl-C) before training started; rerun the same command to start again", code=130)
     except user_errors() + run_errors() as exc:
-        write_failed_record(cfg, out, command, one_line(exc))
+        reason = _record_failure(cfg, out, command, one_line(exc))
         if multirun:
-            log.error("job failed: %s", one_line(exc))
+            log.error("job failed: %s", reason)
+            _FAILED_JOBS[out] = reason
             return
-        fail(one_line(exc), code=2 if isinstance(exc, user_errors()) else 1)
+        fail(reason, code=2 if isinstance(exc, user_errors()) else 1)
     except Exception as exc:
-        reason = f"{exc.__class__.__name__}: {one_line(exc)}"
-        write_failed_record(cfg, out, command, reason)
+        reason = _record_failure(cfg, out, command, f"{exc.__class__.__name__}: {one_line(exc)}")
         if multirun:
             log.exception("job failed: %s", reason)  # the traceback lands in the job's train.log
+            _FAILED_JOBS[out] = reason
             return
         raise
     finally:
         close_wandb()
+        lock.release()
     metrics = record["metrics"]["final"]
     shown = {k: v for k, v in metrics.items() if k.startswith(("test", "val/"))}
     log.info("run record: %s/results.json", record["run_dir"])
     for key, value in shown.items():
         log.info("  %-28s %s", key, "n/a" if value is None else f"{value:.4f}")
+
+
+# Jobs of a sweep that failed in this process ({run folder: reason}); jobs of other launchers (joblib, SLURM)
+# are found by their failed records. A sweep with any exits non-zero after listing them.
+_FAILED_JOBS: dict[str, str] = {}
+
+
+def _record_failure(cfg: DictConfig, out: str, command: str, reason: str) -> str:
+    """Write the failed record; the reason, plus a note when the folder could not take even that record."""
+    from attnlab.training.run import write_failed_record
+
+    if write_failed_record(cfg, out, command, reason):
+        return reason
+    return f"{reason}; no run record could be written in {out}"
 
 
 # Beside Hydra's .hydra/config.yaml (rewritten with the scale applied): the composition before the scale.
@@ -146,30 +175,79 @@ def show_config(argv: list[str]) -> bool:
 
 def main(argv: list[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        check_group_choices(argv)
+    except user_errors() as exc:
+        fail(one_line(exc))
     if show_config(argv):
         return
     if not any(a in HYDRA_FLAGS or a.startswith(tuple(f + "=" for f in HYDRA_FLAGS)) for a in argv):
-        from attnlab.training.faults import check_can_create
+        from attnlab.training.storage import RunFolderLock, busy_message, check_can_create
 
         try:
             compose_checked("train", argv)
-            check_can_create(Path(_planned_run_dir(argv)))
+            run_dir = Path(_planned_run_dir(argv))
+            check_can_create(run_dir)
         except user_errors() + run_errors() as exc:
             fail(one_line(exc))
+        owner = RunFolderLock.owner(run_dir)
+        if owner is not None:
+            fail(busy_message(run_dir, owner))
+    multirun = any(a in ("-m", "--multirun") for a in argv)
+    if multirun and not any(a.startswith("hydra.sweep.dir=") for a in argv):
+        try:  # name the sweep folder now (as Hydra would), to find its failed jobs afterwards
+            argv = [*argv, f'hydra.sweep.dir="{_planned_dir(argv, "sweep")}"']
+        except user_errors():
+            pass  # Hydra itself reports what is wrong with the command
     os.environ.setdefault("HYDRA_FULL_ERROR", "0")
     sys.argv = [sys.argv[0], *argv]
+    _FAILED_JOBS.clear()
+    started = time.time()
     hydra_main()
+    if multirun:
+        failed = {str(Path(k).resolve()): v for k, v in (*_failed_records(argv, since=started).items(),
+                                                           *_FAILED_JOBS.items())}
+        if failed:
+            print(f"attnlab-train: error: {len(failed)} job(s) of the sweep failed:", file=sys.stderr)
+            for folder, reason in sorted(failed.items()):
+                print(f"  {folder}: {reason}", file=sys.stderr)
+            raise SystemExit(1)
 
 
 def _planned_run_dir(argv: list[str]) -> str:
     """Where Hydra will put this single run (timestamps may differ by a second; only the parent matters)."""
-    from hydra import compose, initialize_config_module
-    from hydra.core.global_hydra import GlobalHydra
+    return _planned_dir(argv, "run")
 
-    GlobalHydra.instance().clear()
-    with initialize_config_module(config_module="attnlab.conf", version_base="1.3"):
-        cfg = compose("train", overrides=argv, return_hydra_config=True)
-        return str(cfg.hydra.run.dir)
+
+def _planned_dir(argv: list[str], mode: str) -> str:
+    """``hydra.run.dir`` or ``hydra.sweep.dir`` as Hydra will resolve it (sweep values and flags left out)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    plain = [a for a in argv if not a.startswith("-")]
+    parsed = OverridesParser.create().parse_overrides(plain)
+    single = [a for a, o in zip(plain, parsed) if not o.is_sweep_override()]
+    cfg = compose("train", single, with_hydra=True)
+    return str(cfg.hydra.run.dir if mode == "run" else cfg.hydra.sweep.dir)
+
+
+def _failed_records(argv: list[str], since: float) -> dict[str, str]:
+    """{run folder: error} of the failed records written by this sweep (under its ``hydra.sweep.dir``)."""
+    import json
+
+    given = [a.split("=", 1)[1] for a in argv if a.startswith("hydra.sweep.dir=")]
+    if not given:
+        return {}
+    failed = {}
+    for path in Path(given[-1].strip("'\"")).rglob("results.json"):
+        try:
+            if path.stat().st_mtime < since:
+                continue
+            record = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if isinstance(record, dict) and record.get("status") == "failed":
+            failed[str(path.parent)] = str(record.get("error"))
+    return failed
 
 
 if __name__ == "__main__":

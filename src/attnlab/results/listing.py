@@ -65,8 +65,9 @@ def fmt_duration(seconds: float) -> str:
     return f"{minutes:.0f} min" if minutes < 120 else f"{minutes / 60:.1f} h"
 
 
-def estimate(target: Target, seeds: int) -> str:
-    """The estimated wall time of the target on this CPU, one spec after the other, or what is not measured."""
+def estimate(target: Target, seeds: int, jobs: int = 1) -> str:
+    """The estimated wall time of the target on this CPU with ``jobs`` single-threaded runs at once (the
+    reproduce targets' joblib launcher), or what is not measured. ``per_run_s`` is one run alone."""
     parts, total, unmeasured = [], 0.0, []
     for spec in target.specs:
         lap = spec.laptop
@@ -78,19 +79,20 @@ def estimate(target: Target, seeds: int) -> str:
         parts.append(f"{spec.name}: {runs} runs x {lap.per_run_s:.0f} s")
     if not target.specs:
         return "not measured (no table spec)"
-    text = f"~{fmt_duration(total)} ({'; '.join(parts)})" if parts else ""
+    at_once = f" with {jobs} runs at once" if jobs > 1 else ""
+    text = f"~{fmt_duration(total / max(jobs, 1))}{at_once} ({'; '.join(parts)})" if parts else ""
     if unmeasured:
         text += ("; " if text else "") + f"not measured: {', '.join(unmeasured)}"
     return text
 
 
-def render_listing(targets: list[Target], seeds: str) -> str:
+def render_listing(targets: list[Target], seeds: str, jobs: int = 1) -> str:
     n_seeds = len([s for s in seeds.split(",") if s.strip()])
     lines = []
     for t in targets:
         rows = ",".join(t.rows) or "none yet"
         tables = " ".join(s.name for s in t.specs) or "none yet"
-        lines.append(f"{t.name}: rows {rows}; seeds {seeds}; tables {tables}; estimated time {estimate(t, n_seeds)}")
+        lines.append(f"{t.name}: rows {rows}; seeds {seeds}; tables {tables}; estimated time {estimate(t, n_seeds, jobs)}")
     return "\n".join(lines) + "\n"
 
 
@@ -99,9 +101,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", default="1,2,3")
     parser.add_argument("--conf", default="src/attnlab/conf/experiment", type=Path)
     parser.add_argument("--experiments", default="experiments", type=Path)
+    parser.add_argument("--jobs", default=1, type=int, help="runs at once (make's JOBS)")
     args = parser.parse_args(argv)
     try:
-        sys.stdout.write(render_listing(table_targets(args.conf, args.experiments), args.seeds))
+        sys.stdout.write(render_listing(table_targets(args.conf, args.experiments), args.seeds, args.jobs))
     except SpecError as exc:
         print(f"reproduce-list: error: {exc}", file=sys.stderr)
         return 2

@@ -57,8 +57,22 @@ def read_text(path: Path) -> str:
         raise DataError(f"{path}:{line}: not UTF-8 ({exc.reason} at byte {exc.start})") from None
 
 
+# A longer line is refused: tokenizer training is quadratic in the length of a word, and a 1 MiB line
+# without spaces runs for many minutes in silence (the longest line of our datasets is under 10k characters).
+MAX_LINE_CHARS = 100_000
+
+
 def read_lines(path: Path) -> list[str]:
-    return read_text(path).splitlines()
+    """The lines of a data file, split at ``\\n`` only (``str.splitlines`` would also split inside a sentence at
+    U+2028, U+0085, form feeds, ..., misaligning parallel files); a trailing ``\\r`` (CRLF files) is dropped."""
+    lines = read_text(path).split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    for number, line in enumerate(lines, 1):
+        if len(line) > MAX_LINE_CHARS:
+            raise DataError(f"{path}:{number}: line of {len(line)} characters, longer than the {MAX_LINE_CHARS} a "
+                            f"data line may have; split or remove it")
+    return [line[:-1] if line.endswith("\r") else line for line in lines]
 
 
 _SEG = re.compile(r"<seg[^>]*>(.*?)</seg>", re.DOTALL)

@@ -82,10 +82,14 @@ def load_checkpoint_file(path: str | os.PathLike, map_location: Any = "cpu") -> 
         obj = torch.load(path, map_location=map_location, weights_only=True)
     except pickle.UnpicklingError as exc:
         text = str(exc)
-        if "Unsupported global" in text:
+        # torch's safe unpickler names the global (a class, os.system, ...) a file asks for: "Unsupported global:
+        # GLOBAL x" (older) or "Trying to load unsupported GLOBAL x" (2.13). That file is unsafe, not damaged;
+        # random bytes fail with "Unsupported operand" instead.
+        if re.search(r"(?i)unsupported global|GLOBAL [\w.]+|unrecognized function", text):
             raise CheckpointError(
-                f"checkpoint {path} needs arbitrary unpickling{_unsupported_global(text)}; refused (only tensors "
-                f"and plain containers are loaded, see README 'When things go wrong')"
+                f"checkpoint {path} is unsafe and was not loaded: it needs arbitrary unpickling"
+                f"{_unsupported_global(text)}; only tensors and plain containers are loaded (see README "
+                f"'When things go wrong')"
             ) from None
         raise CheckpointError(f"checkpoint {path} is corrupt or truncated (not a torch checkpoint)") from None
     except Exception as exc:  # noqa: BLE001 - whatever a damaged file makes torch.load raise, it is unusable
@@ -97,7 +101,7 @@ def load_checkpoint_file(path: str | os.PathLike, map_location: Any = "cpu") -> 
 
 
 def _unsupported_global(text: str) -> str:
-    m = re.search(r"Unsupported global: GLOBAL ([\w.]+)", text)
+    m = re.search(r"GLOBAL ([\w.]+)", text)
     return f" (it contains {m.group(1)})" if m else ""
 
 

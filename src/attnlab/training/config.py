@@ -8,7 +8,11 @@ Every failure is a ``ConfigError`` whose message is one line naming the key and 
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
+import math
+import typing
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
@@ -202,8 +206,107 @@ def _builtin(node: DictConfig) -> DictConfig:
     return OmegaConf.create({k: v for k, v in node.items_ex(resolve=False) if k not in own})
 
 
+# -- the root config's own keys ------------------------------------------------------------------------
+SECTIONS = ("model", "task", "hardware", "optim", "trainer", "batch", "logger", "callbacks", "scale")
+ROOT_KEYS = ("seed", "resume", "ckpt_path", "init_from", "nan_policy", "max_skipped_batches", "run_name")
+RESUME_MODES = ("auto", "never")
+NAN_POLICIES = ("stop", "skip")
+SEED_MAX = 2**32 - 1  # numpy's (and so Lightning's seed_everything's) seed range is [0, 2**32 - 1]
+# Task keys that size a split (a split of 0 examples trains nothing or scores an empty test as 0.0).
+SPLIT_SIZES = ("train_size", "val_size", "test_size")
+# Packages a logger needs (TensorBoardLogger accepts either), with the extra that installs them.
+LOGGER_PACKAGES = {"tensorboard": (("tensorboard", "tensorboardX"), "attnlab[tensorboard]"),
+                   "wandb": (("wandb",), "wandb")}
+# Which attention roles a task family's model uses: language models are decoder-only (causal), classifiers
+# and masked LMs encoder-only (bidirectional), the rest encoder-decoder. Loaders not listed are not checked.
+LM_LOADERS = ("text_lm", "lambada")
+ENCODER_LOADERS = ("babi", "glue", "listops", "lra_text", "lra_retrieval", "sva", "masked_lm")
+SEQ2SEQ_LOADERS = ("algorithmic", "dialogue", "lte", "span_corruption", "summarization", "text_to_text",
+                   "translation")
+
+
+def resolved_view(cfg: DictConfig) -> DictConfig:
+    """The sections and root keys with their interpolations resolved, i.e. the values the run reads:
+    ``seed=${oc.env:HOME}`` is checked as the string it becomes, not as the text ``${...}``."""
+    view: dict[str, Any] = {}
+    for section in SECTIONS:
+        try:
+            view[section] = OmegaConf.to_container(cfg[section], resolve=True)
+        except OmegaConfBaseException as exc:
+            raise ConfigError(f"cannot resolve {section}: {str(exc).splitlines()[0]}") from None
+    for key in ROOT_KEYS:
+        try:
+            view[key] = OmegaConf.select(cfg, key, throw_on_missing=False)
+        except OmegaConfBaseException as exc:
+            raise ConfigError(f"cannot resolve {key}: {str(exc).splitlines()[0]}") from None
+    return OmegaConf.create(view)
+
+
+def _typed(value: Any, hint: Any, key: str) -> None:
+    """Refuse a value of the wrong type for ``hint`` strictly (a float key gets a finite number; an int key
+    an integer, not the string an ``${oc.env:...}`` interpolation gives)."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin is typing.Union or type(hint).__name__ == "UnionType":
+        if value is None and type(None) in args:
+            return
+        inner = [a for a in args if a is not type(None)]
+        if len(inner) != 1:
+            return
+        hint, origin, args = inner[0], typing.get_origin(inner[0]), typing.get_args(inner[0])
+    if value is None:
+        return  # a missing value for a required key is the schema merge's to report
+    hint_text = " (an interpolation such as ${oc.env:NAME} gives a string: write ${oc.decode:${oc.env:NAME}})" \
+        if isinstance(value, str) else ""
+    if hint is int and (isinstance(value, bool) or not isinstance(value, int)):
+        raise ConfigError(f"{key}={value!r} must be an integer{hint_text}")
+    if hint is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"{key}={value!r} must be a number{hint_text}")
+        if not math.isfinite(value):
+            raise ConfigError(f"{key}={value} must be a finite number")
+    if hint is bool and not isinstance(value, bool):
+        raise ConfigError(f"{key}={value!r} must be true or false")
+    if origin is list and args and isinstance(value, list):
+        for i, item in enumerate(value):
+            _typed(item, args[0], f"{key}[{i}]")
+
+
+def _check_types(node: Any, schema: type, path: str) -> None:
+    if not isinstance(node, (dict, DictConfig)):
+        return
+    hints = typing.get_type_hints(schema)
+    for f in dataclasses.fields(schema):
+        if f.name in node:
+            _typed(node[f.name], hints.get(f.name, Any), f"{path}.{f.name}")
+
+
+def _check_section(node: Any, schema: type, path: str) -> None:
+    _check_types(node, schema, path)
+    _check(node, schema, path)
+
+
 def validate(cfg: DictConfig) -> None:
-    """Raise ConfigError (one line) for the first problem found in a composed config."""
+    """Raise ConfigError (one line) for the first problem found in a composed config.
+
+    Checks run on the resolved values, cheapest first: a bad number is refused before torch is imported
+    for the attention and task registries.
+    """
+    view = resolved_view(cfg)
+    _check_section(view.model, ModelSchema, "model")
+    _check_section(view.hardware, HardwareSchema, "hardware")
+    _check_section(view.optim, OptimSchema, "optim")
+    _check_section(view.trainer, TrainerSchema, "trainer")
+    _check_section(view.batch, BatchSchema, "batch")
+    _check_section(_builtin(view.logger), LoggerSchema, "logger")
+    _check_section(_builtin(view.callbacks), CallbacksSchema, "callbacks")
+    if view.logger.get("wandb") is not None:
+        _check_section(view.logger.wandb, WandbSchema, "logger.wandb")
+    if view.task.get("decoding") is not None:
+        _check_section(view.task.decoding, DecodingSchema, "task.decoding")
+    check_root_keys(view)
+    _check_ranges(view)
+    _check_loggers(view)
+
     from attnlab.attention import available, get_entry
     from attnlab.models.recurrence import available_recurrences, recurrence_options
     from attnlab.plugins import load_plugins
@@ -211,35 +314,22 @@ def validate(cfg: DictConfig) -> None:
 
     load_plugins(cfg)  # the variants, tasks and classes of the user's own modules (README "Add your own")
 
-    for section in ("model", "task", "hardware", "optim", "trainer", "batch", "logger", "callbacks", "scale"):
-        try:
-            OmegaConf.to_container(cfg[section], resolve=True)
-        except OmegaConfBaseException as exc:
-            raise ConfigError(f"cannot resolve {section}: {str(exc).splitlines()[0]}") from None
-
-    _check(cfg.model, ModelSchema, "model")
-    _check(cfg.hardware, HardwareSchema, "hardware")
-    _check(cfg.optim, OptimSchema, "optim")
-    _check(cfg.trainer, TrainerSchema, "trainer")
-    _check(cfg.batch, BatchSchema, "batch")
-    _check(_builtin(cfg.logger), LoggerSchema, "logger")
-    _check(_builtin(cfg.callbacks), CallbacksSchema, "callbacks")
-    if cfg.logger.get("wandb") is not None:
-        _check(cfg.logger.wandb, WandbSchema, "logger.wandb")
-    if "decoding" in cfg.task:
-        _check(cfg.task.decoding, DecodingSchema, "task.decoding")
-
-    attention = cfg.model.attention.get("name")
+    attention = view.model.attention.get("name")
     if attention not in available():
         raise ConfigError(f"model.attention.name={attention!r} is not a variant; valid: {', '.join(available())}")
-    _check_options(cfg.model.attention, get_entry(attention).options, "model.attention", f"attention {attention}")
-    recurrence = cfg.model.recurrence.get("name")
+    _check_types(view.model.attention, get_entry(attention).options, "model.attention")
+    _check_options(view.model.attention, get_entry(attention).options, "model.attention", f"attention {attention}")
+    recurrence = view.model.recurrence.get("name")
     if recurrence not in available_recurrences():
         raise ConfigError(
             f"model.recurrence.name={recurrence!r}; valid: {', '.join(available_recurrences())}"
         )
-    _check_options(cfg.model.recurrence, recurrence_options(recurrence), "model.recurrence",
+    _check_types(view.model.recurrence, recurrence_options(recurrence), "model.recurrence")
+    _check_options(view.model.recurrence, recurrence_options(recurrence), "model.recurrence",
                    f"recurrence {recurrence}")
+    _check_section(view.task, task_schema(view.task.get("loader")), "task")
+    _check_task_sizes(view.task)
+    _check_attention_builds(view)
 
     if cfg.optim.get("plateau") is not None:
         from attnlab.training.plateau import PlateauOptions
@@ -253,12 +343,10 @@ def validate(cfg: DictConfig) -> None:
         raise ConfigError("test_weights=best needs a best checkpoint: set callbacks.checkpoint.save_top_k >= 1 "
                           "(and callbacks.checkpoint.monitor to the validation metric that picks it)")
 
-    loader = cfg.task.get("loader")
-    schema = task_schema(loader)
-    _check(cfg.task, schema, "task")
 
+def _check_ranges(view: DictConfig) -> None:
     for dotted, valid in CHOICES.items():
-        value = _get(cfg, dotted)
+        value = _get(view, dotted)
         if isinstance(value, DictConfig) and dotted in TARGET_ALLOWED:
             if not isinstance(value.get("_target_"), str):
                 raise ConfigError(f"{dotted} must be one of {', '.join(valid)} or a mapping with a _target_")
@@ -266,23 +354,165 @@ def validate(cfg: DictConfig) -> None:
         if value is not None and str(value) not in valid:
             raise ConfigError(f"{dotted}={value!r} is not valid; valid: {', '.join(valid)}")
     for dotted in POSITIVE:
-        value = _get(cfg, dotted)
+        value = _get(view, dotted)
         if value is not None and value <= 0:
             raise ConfigError(f"{dotted}={value} must be positive")
     for dotted in NON_NEGATIVE:
-        value = _get(cfg, dotted)
+        value = _get(view, dotted)
         if value is not None and value < 0:
             raise ConfigError(f"{dotted}={value} must not be negative")
-    if cfg.trainer.max_steps <= 0 and not cfg.trainer.fast_dev_run:
-        raise ConfigError(f"trainer.max_steps={cfg.trainer.max_steps} must be positive")
-    if cfg.model.d_model % cfg.model.num_heads:
-        divisors = [h for h in range(1, 65) if cfg.model.d_model % h == 0]
+    t, o, m = view.trainer, view.optim, view.model
+    if t.max_steps <= 0 and not t.fast_dev_run:
+        raise ConfigError(f"trainer.max_steps={t.max_steps} must be positive")
+    # Lightning reads a float as a fraction of the batches and an int as a count; 0 training (or test)
+    # batches would end a run "completed" with nothing trained (or nothing scored).
+    for key, smallest in (("limit_train_batches", "positive"), ("limit_test_batches", "positive"),
+                          ("limit_val_batches", "non-negative"), ("overfit_batches", "non-negative")):
+        value = t[key]
+        if value < 0 or (value == 0 and smallest == "positive"):
+            raise ConfigError(f"trainer.{key}={value} must be {smallest}: a fraction in (0, 1] of the batches or "
+                              f"a whole number of batches")
+        if isinstance(value, float) and value > 1 and not value.is_integer():
+            raise ConfigError(f"trainer.{key}={value}: a fraction must be at most 1.0; give a whole number to "
+                              f"count batches")
+    if t.num_sanity_val_steps < -1:
+        raise ConfigError(f"trainer.num_sanity_val_steps={t.num_sanity_val_steps} must be -1 (all) or more")
+    if m.max_len is not None and (isinstance(m.max_len, bool) or not isinstance(m.max_len, int) or m.max_len <= 0):
+        raise ConfigError(f"model.max_len={m.max_len!r} must be a positive integer or null (taken from the task)")
+    if m.d_model % m.num_heads:
+        divisors = [h for h in range(1, 65) if m.d_model % h == 0]
         raise ConfigError(
-            f"model.d_model={cfg.model.d_model} is not divisible by model.num_heads={cfg.model.num_heads}; "
+            f"model.d_model={m.d_model} is not divisible by model.num_heads={m.num_heads}; "
             f"valid head counts: {', '.join(map(str, divisors))}"
         )
     for key in ("dropout", "attention_dropout", "activation_dropout"):
-        if not 0.0 <= cfg.model[key] < 1.0:
-            raise ConfigError(f"model.{key}={cfg.model[key]} must be in [0, 1)")
-    if not 0.0 <= cfg.optim.label_smoothing < 1.0:
-        raise ConfigError(f"optim.label_smoothing={cfg.optim.label_smoothing} must be in [0, 1)")
+        if not 0.0 <= m[key] < 1.0:
+            raise ConfigError(f"model.{key}={m[key]} must be in [0, 1)")
+    if not 0.0 <= o.label_smoothing < 1.0:
+        raise ConfigError(f"optim.label_smoothing={o.label_smoothing} must be in [0, 1)")
+    if len(o.betas) != 2 or not all(0.0 <= b < 1.0 for b in o.betas):
+        raise ConfigError(f"optim.betas={list(o.betas)} must be two numbers in [0, 1) (Adam's beta1, beta2)")
+    if o.eps <= 0:
+        raise ConfigError(f"optim.eps={o.eps} must be positive")
+    if not 0.0 <= o.min_lr_ratio <= 1.0:
+        raise ConfigError(f"optim.min_lr_ratio={o.min_lr_ratio} must be in [0, 1]")
+    dec = view.task.get("decoding")
+    if dec is not None:
+        if dec.get("beam_size") is not None and dec.beam_size < 1:
+            raise ConfigError(f"task.decoding.beam_size={dec.beam_size} must be at least 1")
+        for key in ("length_penalty_alpha", "max_len_a", "max_len_b"):
+            if dec.get(key) is not None and dec[key] < 0:
+                raise ConfigError(f"task.decoding.{key}={dec[key]} must not be negative")
+    ckpt = view.callbacks.get("checkpoint")
+    top_k = ckpt.get("save_top_k") if isinstance(ckpt, DictConfig) else None
+    if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < -1):
+        raise ConfigError(f"callbacks.checkpoint.save_top_k={top_k!r} must be -1 (all), 0 or a positive integer")
+
+
+def _check_task_sizes(task: DictConfig) -> None:
+    """An empty split is refused up front: a run with nothing to train on (or score) must not end completed."""
+    for key, value in task.items():
+        if value is None or isinstance(value, bool) or not isinstance(value, (int, float)):
+            continue
+        sizes_a_split = key in SPLIT_SIZES or (key.startswith("max_") and key.endswith(("_pairs", "_tokens",
+                                                                                         "_examples")))
+        if sizes_a_split and value < 1:
+            raise ConfigError(f"task.{key}={value} leaves a split empty; it must be at least 1"
+                              + (" (or null for all)" if key.startswith("max_") else ""))
+        if key.endswith("_fraction") and not 0.0 < value < 1.0:
+            raise ConfigError(f"task.{key}={value} must be in (0, 1): 0 or 1 leaves a split empty")
+    fractions = task.get("split_fractions")
+    if isinstance(fractions, DictConfig) and fractions:
+        values = dict(fractions)
+        bad = {k: v for k, v in values.items()
+               if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0.0 < v < 1.0}
+        if bad or sum(values.values()) > 1.0 + 1e-9:
+            raise ConfigError(f"task.split_fractions={values}: each fraction must be in (0, 1) and they must sum "
+                              f"to at most 1")
+
+
+def check_root_keys(view: DictConfig) -> None:
+    """``seed`` and the reliability keys of the root config (one line, before any work)."""
+    seed = view.get("seed")
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= SEED_MAX:
+        raise ConfigError(f"seed={seed!r} must be an integer in [0, {SEED_MAX}]")
+    resume = view.get("resume", "auto")
+    if resume not in RESUME_MODES:
+        raise ConfigError(f"resume={resume!r} is not valid; valid: {', '.join(RESUME_MODES)}")
+    if view.get("ckpt_path") and view.get("init_from"):
+        raise ConfigError("ckpt_path and init_from are exclusive: ckpt_path resumes a run (weights, optimizer, "
+                          "counters), init_from starts a new one from weights only")
+    if view.get("ckpt_path") and resume == "never":
+        raise ConfigError("ckpt_path resumes from a checkpoint, which resume=never forbids; drop one of them")
+    for key in ("ckpt_path", "init_from"):
+        value = view.get(key)
+        if value is not None and not isinstance(value, str):
+            raise ConfigError(f"{key}={value!r} must be a file path")
+        if value and not Path(value).is_file():
+            raise ConfigError(f"{key}={value}: no such file")
+    policy = view.get("nan_policy", "stop")
+    if policy not in NAN_POLICIES:
+        raise ConfigError(f"nan_policy={policy!r} is not valid; valid: {', '.join(NAN_POLICIES)}")
+    skipped = view.get("max_skipped_batches", 0)
+    if not isinstance(skipped, int) or isinstance(skipped, bool) or skipped < 0:
+        raise ConfigError(f"max_skipped_batches={skipped!r} must be a non-negative integer")
+    every = OmegaConf.select(view, "callbacks.checkpoint.every_n_steps")
+    if every is not None and (not isinstance(every, int) or isinstance(every, bool) or every <= 0):
+        raise ConfigError(f"callbacks.checkpoint.every_n_steps={every!r} must be a positive integer or null")
+
+
+def check_resume_config(cfg: DictConfig) -> None:
+    """The root config's reliability keys alone (``validate`` checks them too)."""
+    check_root_keys(resolved_view(cfg))
+
+
+def _check_loggers(view: DictConfig) -> None:
+    for name, (packages, install) in LOGGER_PACKAGES.items():
+        if view.logger.get(name) is None:
+            continue
+        if not any(importlib.util.find_spec(p) is not None for p in packages):
+            raise ConfigError(f"logger {name} needs the {packages[0]} package, which is not installed: "
+                              f"pip install '{install}' (or choose logger=csv)")
+
+
+def _check_attention_builds(view: DictConfig) -> None:
+    """Build one attention layer per role the task's model uses, on the meta device (no memory, no data), so
+    an option the variant refuses (an even BigBird window in an encoder, impl=flex where FlexAttention has no
+    kernel, a synthesizer as cross-attention) is refused before the run folder exists. Errors that depend on
+    the data's length are left to the real build (the task's max_len is not known yet)."""
+    import torch
+
+    from attnlab.attention import AttentionError
+    from attnlab.models.blocks import LayerSpec
+
+    loader = view.task.get("loader")
+    roles: list[tuple[bool, bool]] = []   # (causal, cross)
+    if loader in LM_LOADERS:
+        roles = [(True, False)]
+    elif loader in ENCODER_LOADERS:
+        roles = [(False, False)]
+    elif loader in SEQ2SEQ_LOADERS:
+        roles = [(False, False), (True, False), (False, True)]
+    if not roles:
+        return
+    m = view.model
+    attention = OmegaConf.to_container(m.attention)
+    cross = m.cross_attention if isinstance(m.cross_attention, str) else OmegaConf.to_container(m.cross_attention)
+    # Two tokens: the shortest length every variant accepts, so no length-dependent check fires here.
+    spec = LayerSpec(d_model=m.d_model, num_heads=m.num_heads, d_ff=m.d_ff, max_len=m.max_len or 2,
+                     self_attention=attention, cross_attention=cross)
+    accelerator = view.hardware.accelerator
+    if accelerator == "auto":
+        accelerator = "cuda" if torch.cuda.is_available() else "cpu"
+    device = torch.device("cuda" if accelerator == "gpu" else accelerator)
+    try:
+        with torch.device("meta"):
+            modules = [spec.attention(causal=causal, cross=is_cross) for causal, is_cross in roles]
+        for module in modules:
+            kernel_for = getattr(module, "kernel_for", None)
+            if kernel_for is not None:
+                kernel_for(device, True)
+    except AttentionError as exc:
+        raise ConfigError(str(exc).splitlines()[0]) from None
+    except Exception:  # noqa: BLE001 - a check the meta device cannot run (a value read) is left to the real build
+        return

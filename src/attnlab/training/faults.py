@@ -1,29 +1,28 @@
-"""Numerical and storage faults: a NaN/Inf loss guard, and checks of the output folder before training."""
+"""Numerical faults (a NaN/Inf loss guard) and the size of a checkpoint; the run folder checks are in storage.py."""
 
 from __future__ import annotations
 
 import logging
 import math
-import os
-import shutil
-import tempfile
-from pathlib import Path
 from typing import Any
 
 import lightning as L
 import torch
 
-log = logging.getLogger("attnlab")
+from attnlab.training.config import NAN_POLICIES
+from attnlab.training.storage import (  # noqa: F401 - re-exported: the run folder checks live in storage.py
+    StorageError,
+    check_can_create,
+    check_free_space,
+    check_writable,
+    nearest_existing,
+)
 
-NAN_POLICIES = ("stop", "skip")
+log = logging.getLogger("attnlab")
 
 
 class NonFiniteLoss(RuntimeError):
     """The loss became NaN or Inf; the message is one line with the step and the loss terms."""
-
-
-class StorageError(OSError):
-    """The run folder cannot take the run's files; the message is one line."""
 
 
 class NonFiniteGuard(L.Callback):
@@ -83,42 +82,3 @@ def checkpoint_bytes(module: torch.nn.Module) -> int:
     weights = sum(t.numel() * t.element_size() for t in module.state_dict().values())
     params = sum(p.numel() * p.element_size() for p in module.parameters() if p.requires_grad)
     return int(weights + 2 * params + (1 << 20))
-
-
-def check_writable(run_dir: Path) -> None:
-    """Fail with one line when the run folder cannot be created or written."""
-    try:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        fd, probe = tempfile.mkstemp(prefix=".write-probe-", dir=run_dir)
-        os.close(fd)
-        os.unlink(probe)
-    except OSError as exc:
-        raise StorageError(f"cannot write to the run folder {run_dir}: {exc.strerror or exc}") from None
-
-
-def nearest_existing(path: Path) -> Path:
-    path = path.absolute()
-    while not path.exists() and path != path.parent:
-        path = path.parent
-    return path
-
-
-def check_can_create(run_dir: Path) -> None:
-    """Before anything is created: the nearest existing ancestor of ``run_dir`` must be a writable folder."""
-    base = nearest_existing(Path(run_dir))
-    if not base.is_dir():
-        raise StorageError(f"cannot create the run folder {run_dir}: {base} is a file")
-    if not os.access(base, os.W_OK | os.X_OK):
-        raise StorageError(f"cannot create the run folder {run_dir}: {base} is not writable")
-
-
-def check_free_space(run_dir: Path, need_bytes: int) -> None:
-    """Fail before training when the disk of the run folder cannot take ``need_bytes``."""
-    free = shutil.disk_usage(run_dir).free
-    if free < need_bytes:
-        raise StorageError(f"not enough free disk space in {run_dir}: {_mb(free)} free, the run needs about "
-                           f"{_mb(need_bytes)} for its checkpoints")
-
-
-def _mb(n: int) -> str:
-    return f"{n / 2**20:.0f} MiB" if n < 2**30 else f"{n / 2**30:.1f} GiB"

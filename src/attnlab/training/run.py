@@ -6,7 +6,7 @@
 
 from __future__ import annotations
 
-import errno
+import contextlib
 import logging
 import math
 import os
@@ -24,7 +24,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 import attnlab
-from attnlab.tasks import TaskData, build_task
+from attnlab.tasks import DataError, TaskData, build_task
 from attnlab.training.callbacks import BestMetrics, MetricsLine, PonderStats, Throughput
 from attnlab.training.checkpointing import (
     AtomicCheckpointIO,
@@ -39,9 +39,8 @@ from attnlab.training.checkpointing import (
     load_checkpoint_file,
     remove_partial_files,
 )
-from attnlab.training.config import ConfigError, validate
+from attnlab.training.config import ConfigError, check_resume_config, validate
 from attnlab.training.faults import (
-    NAN_POLICIES,
     NonFiniteGuard,
     StorageError,
     check_free_space,
@@ -51,6 +50,7 @@ from attnlab.training.faults import (
 from attnlab.training.modules import MODULES, TaskModule, count_parameters
 from attnlab.training.resumable import ResumableCSVLogger, ResumableDataModule
 from attnlab.training.scale import apply_scale  # noqa: F401 - re-exported: run, eval and tests apply it here
+from attnlab.training.storage import storage_failure
 
 log = logging.getLogger("attnlab")
 
@@ -228,36 +228,8 @@ def build_datamodule(cfg: DictConfig, task: TaskData | None = None) -> Resumable
 
 
 # -- resuming ----------------------------------------------------------------------------------------------
-RESUME_MODES = ("auto", "never")
 OUTPUTS_DIR = "outputs"  # decoded test outputs beside results.json (training/outputs.py)
 WANDB_ID_FILE = "wandb_run_id"
-
-
-def check_resume_config(cfg: DictConfig) -> None:
-    """The reliability keys of the root config, checked like the rest (one line, before any work)."""
-    resume = cfg.get("resume", "auto")
-    if resume not in RESUME_MODES:
-        raise ConfigError(f"resume={resume!r} is not valid; valid: {', '.join(RESUME_MODES)}")
-    if cfg.get("ckpt_path") and cfg.get("init_from"):
-        raise ConfigError("ckpt_path and init_from are exclusive: ckpt_path resumes a run (weights, optimizer, "
-                          "counters), init_from starts a new one from weights only")
-    if cfg.get("ckpt_path") and resume == "never":
-        raise ConfigError("ckpt_path resumes from a checkpoint, which resume=never forbids; drop one of them")
-    for key in ("ckpt_path", "init_from"):
-        value = cfg.get(key)
-        if value is not None and not isinstance(value, str):
-            raise ConfigError(f"{key}={value!r} must be a file path")
-        if value and not Path(value).is_file():
-            raise ConfigError(f"{key}={value}: no such file")
-    policy = cfg.get("nan_policy", "stop")
-    if policy not in NAN_POLICIES:
-        raise ConfigError(f"nan_policy={policy!r} is not valid; valid: {', '.join(NAN_POLICIES)}")
-    skipped = cfg.get("max_skipped_batches", 0)
-    if not isinstance(skipped, int) or isinstance(skipped, bool) or skipped < 0:
-        raise ConfigError(f"max_skipped_batches={skipped!r} must be a non-negative integer")
-    every = OmegaConf.select(cfg, "callbacks.checkpoint.every_n_steps")
-    if every is not None and (not isinstance(every, int) or isinstance(every, bool) or every <= 0):
-        raise ConfigError(f"callbacks.checkpoint.every_n_steps={every!r} must be a positive integer or null")
 
 
 def select_checkpoint(cfg: DictConfig, run_dir: Path) -> tuple[Path, dict[str, Any]] | None:
@@ -555,7 +527,6 @@ def peak_memory_mb(device: torch.device | None = None) -> float | None:
 # reads the trained model after training, so turning it on changes no number (and no existing hash).
 # Where the user's own code is found (plugins) is not what it computes: the names it registers are hashed.
 HASH_EXCLUDE_EXTRA = ("resume", "record_attention*", "plugins")
-STORAGE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM)
 
 
 def run(cfg: DictConfig, *, run_dir: str | os.PathLike | None = None, command: str | None = None,
@@ -565,7 +536,6 @@ def run(cfg: DictConfig, *, run_dir: str | os.PathLike | None = None, command: s
     Resumes from the newest complete checkpoint of the run folder (``resume=auto``) or ``ckpt_path``;
     raises ``Preempted`` after saving when a stop signal arrives, ``NonFiniteLoss`` on a NaN/Inf loss.
     """
-    from attnlab.results.record import write_record
 
     started = time.time()
     apply_scale(cfg, cli_overrides)
@@ -588,6 +558,7 @@ def run(cfg: DictConfig, *, run_dir: str | os.PathLike | None = None, command: s
 
     describe_config(cfg, run_dir)
     task = build_task_data(cfg)
+    check_splits_not_empty(task)
     module = build_module(cfg, task)
     describe_build(cfg, task, module)
     resume = select_checkpoint(cfg, run_dir)
@@ -619,10 +590,10 @@ def run(cfg: DictConfig, *, run_dir: str | os.PathLike | None = None, command: s
         trainer.fit(module, datamodule=datamodule, ckpt_path=resume_path, weights_only=True)
         tested = load_test_weights(cfg, module, callbacks, trainer.global_step)
         trainer.test(module, datamodule=datamodule, verbose=False)
-    except OSError as exc:
-        if exc.errno in STORAGE_ERRNOS:  # the disk filled up or the folder became read-only mid-run
-            raise StorageError(f"cannot write to {exc.filename or run_dir}: {exc.strerror}; checkpoints and "
-                               f"records already on disk are intact (written atomically)") from exc
+    except (OSError, RuntimeError) as exc:
+        failure = storage_failure(exc, run_dir)  # the disk filled up or the folder became read-only mid-run
+        if failure is not None:
+            raise failure from None
         raise
     except Preempted as exc:
         _write_interrupted_record(cfg, run_dir, command, trainer, module, callbacks, task, started, exc, asked_hash)
@@ -630,6 +601,13 @@ def run(cfg: DictConfig, *, run_dir: str | os.PathLike | None = None, command: s
     except SystemExit as exc:
         from lightning.pytorch.utilities.exceptions import SIGTERMException
 
+        if trainer.interrupted and not isinstance(exc, SIGTERMException):
+            # Ctrl-C: Lightning shut down and called exit(1); resuming starts from the newest checkpoint on disk.
+            found = find_resume_checkpoint(run_dir / "checkpoints")
+            interrupted = Interrupted(trainer.global_step, str(found[0]) if found else None)
+            _write_interrupted_record(cfg, run_dir, command, trainer, module, callbacks, task, started, interrupted,
+                                      asked_hash)
+            raise interrupted from None
         if not isinstance(exc, SIGTERMException):
             raise
         # SIGTERM while testing: training is over and its checkpoint saved; a rerun only tests again.
@@ -639,6 +617,9 @@ def run(cfg: DictConfig, *, run_dir: str | os.PathLike | None = None, command: s
                                   asked_hash)
         raise preempted from None
 
+    if trainer.global_step == 0 and not cfg.trainer.fast_dev_run:
+        raise DataError("the run trained 0 steps (no training batch was drawn); it is not recorded as completed: "
+                        "check the training split and trainer.limit_train_batches")
     record = _record(cfg, run_dir, command, trainer, module, callbacks, task, started, status="completed",
                      config_hash=asked_hash)
     record["metric_flavours"]["test_weights"] = tested.pop("flavour")
@@ -646,10 +627,12 @@ def run(cfg: DictConfig, *, run_dir: str | os.PathLike | None = None, command: s
     if resume_path is not None:
         record["extra"]["resumed_from"] = str(Path(resume_path).resolve())
     if trainer.is_global_zero:
+        from attnlab.results.record import write_record
         from attnlab.training.outputs import write_decoded_outputs
 
-        write_decoded_outputs(run_dir / OUTPUTS_DIR, module.test_outputs, task)  # before the record: complete
-        write_record(run_dir / "results.json", record)
+        with _storage_errors(run_dir):
+            write_decoded_outputs(run_dir / OUTPUTS_DIR, module.test_outputs, task)  # before the record: complete
+            write_record(run_dir / "results.json", record)
     for lg in loggers:
         if lg.__class__.__name__ == "WandbLogger":
             if trainer.is_global_zero:
@@ -748,20 +731,58 @@ def _attention_coverage(module: TaskModule, task: TaskData) -> dict[str, Any]:
 
 def _write_interrupted_record(cfg, run_dir, command, trainer, module, callbacks, task, started,
                               exc: Preempted, config_hash: str | None) -> None:
-    """A ``running`` record: the run is unfinished, its checkpoint is on disk, and a rerun resumes it."""
-    from attnlab.results.record import write_record
-
+    """A ``running`` record: the run is unfinished, its checkpoint is on disk, and a rerun resumes it
+    (``extra.interrupted`` for Ctrl-C, ``extra.preempted`` for a stop signal)."""
     if not trainer.is_global_zero:
         return
     record = _record(cfg, run_dir, command, trainer, module, callbacks, task, started, status="running",
                      config_hash=config_hash)
-    record["extra"]["preempted"] = {"signal": signal.Signals(exc.signum).name, "step": exc.step,
-                                    "checkpoint": exc.checkpoint}
-    write_record(run_dir / "results.json", record)
+    key = "interrupted" if isinstance(exc, Interrupted) else "preempted"
+    record["extra"][key] = {"signal": signal.Signals(exc.signum).name, "step": exc.step,
+                            "checkpoint": exc.checkpoint, "resume_with": record["command"]}
+    from attnlab.results.record import write_record
+
+    try:
+        with _storage_errors(run_dir):
+            write_record(run_dir / "results.json", record)
+    except StorageError as failure:
+        log.error("%s", failure)  # the stop itself is reported by the caller
 
 
-def write_failed_record(cfg: DictConfig, run_dir: str | os.PathLike, command: str, error: str) -> None:
-    """A run record with ``status: failed`` and the reason, so sweeps and tables show the failure."""
+class Interrupted(Preempted):
+    """Ctrl-C stopped training; a rerun of the same command resumes from the newest checkpoint on disk."""
+
+    def __init__(self, step: int, checkpoint: str | None) -> None:
+        super().__init__(signal.SIGINT, step, checkpoint)
+        where = f"the newest checkpoint, {checkpoint}" if checkpoint else "the start (no checkpoint was written yet)"
+        self.args = (f"interrupted (Ctrl-C) at step {step}; rerun the same command to resume from {where}",)
+
+
+def check_splits_not_empty(task: TaskData) -> None:
+    """An empty training, validation or test split is bad data, found before any training."""
+    for split in dict.fromkeys(("train", "val", *task.eval_splits.values())):
+        dataset = task.datasets.get(split)
+        if dataset is not None and hasattr(dataset, "__len__") and len(dataset) == 0:
+            purpose = "train on" if split == "train" else "score"
+            raise DataError(f"split {split} of the task is empty: nothing to {purpose}; check the task's data "
+                            f"files and size keys")
+
+
+@contextlib.contextmanager
+def _storage_errors(run_dir: Path):
+    """Writes in the run folder: a full disk (or a folder gone read-only) becomes one StorageError line."""
+    try:
+        yield
+    except OSError as exc:
+        failure = storage_failure(exc, run_dir)
+        if failure is None:
+            raise
+        raise failure from None
+
+
+def write_failed_record(cfg: DictConfig, run_dir: str | os.PathLike, command: str, error: str) -> bool:
+    """A run record with ``status: failed`` and the reason, so sweeps and tables show the failure; False
+    when the folder cannot take it (a full disk), with nothing half-written."""
     from attnlab.results.record import write_record
 
     def pick(dotted: str):
@@ -797,8 +818,13 @@ def write_failed_record(cfg: DictConfig, run_dir: str | os.PathLike, command: st
         "versions": {"python": platform.python_version(), "torch": torch.__version__,
                      "attnlab": attnlab.__version__},
     }
-    Path(run_dir).mkdir(parents=True, exist_ok=True)
-    write_record(Path(run_dir) / "results.json", record)
+    try:
+        Path(run_dir).mkdir(parents=True, exist_ok=True)
+        write_record(Path(run_dir) / "results.json", record)
+    except OSError as exc:
+        log.debug("no failure record written in %s: %s", run_dir, exc)
+        return False
+    return True
 
 
 def _completed_twin(cfg: DictConfig) -> dict[str, Any] | None:

@@ -223,11 +223,16 @@ def _dense_probs(qd, kd, plan, q_pos, pad, e):
     return torch.softmax(s, dim=-1), dead
 
 
+MIN_DENSE_PIECE_ROWS = 16
+
+
 def _dense_tasks(plan: BlockSparsePlan, b: int, h: int, keys: int, itemsize: int, chunk_bytes: int) -> list:
     """("d", block, first query, last query): the dense rows (global query blocks) cut into pieces of
-    query rows whose scores over all keys fit ``chunk_bytes``, so no L x block temporary is built."""
+    query rows whose scores over all keys fit ``chunk_bytes``, so no L x block temporary is built; at
+    least ``MIN_DENSE_PIECE_ROWS`` rows, since every piece adds a rank-(rows) update to the whole dK and
+    dV (fewer rows at long lengths made that traffic grow faster than L)."""
     bs = plan.block_size
-    rows = max(1, min(bs, chunk_bytes // max(1, b * h * keys * itemsize)))
+    rows = max(min(bs, MIN_DENSE_PIECE_ROWS), min(bs, chunk_bytes // max(1, b * h * keys * itemsize)))
     return [("d", int(blk), lo, min(bs, lo + rows)) for blk in plan.dense_rows.tolist() for lo in range(0, bs, rows)]
 
 

@@ -1,0 +1,184 @@
+"""The run folder on disk: checks before anything is written, one owner at a time, and a full disk mid-run.
+
+Imports neither torch nor Lightning, so the command-line preflight can use it before a run starts.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import logging
+import os
+import shutil
+import socket
+import tempfile
+import time
+from pathlib import Path
+
+log = logging.getLogger("attnlab")
+
+# errno values that mean "this folder cannot take the run's files" rather than a bug.
+STORAGE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EFBIG)
+# What torch's zip writer raises (a RuntimeError, not OSError) when a write to the file fails.
+TORCH_WRITE_FAILURES = ("PytorchStreamWriter failed", "file write failed", "unexpected pos", "iostream error")
+LOCK_FILE = ".attnlab.lock"
+
+
+class StorageError(OSError):
+    """The run folder cannot take the run's files; the message is one line."""
+
+
+class RunFolderBusy(StorageError):
+    """Another live attnlab-train owns the run folder; nothing in the folder was touched."""
+
+
+def check_writable(run_dir: Path) -> None:
+    """Fail with one line when the run folder cannot be created or written."""
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(prefix=".write-probe-", dir=run_dir)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        raise StorageError(f"cannot write to the run folder {run_dir}: {exc.strerror or exc}") from None
+
+
+def nearest_existing(path: Path) -> Path:
+    path = path.absolute()
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path
+
+
+def check_can_create(run_dir: Path) -> None:
+    """Before anything is created: every name in the path fits the file system, and the nearest existing
+    ancestor of ``run_dir`` is a writable folder."""
+    base = nearest_existing(Path(run_dir))
+    try:
+        name_max = os.pathconf(base, "PC_NAME_MAX")
+    except (OSError, ValueError):
+        name_max = 255
+    for part in Path(run_dir).parts:
+        if len(os.fsencode(part)) > name_max:
+            raise StorageError(f"cannot create the run folder: the name {part[:40]}... is {len(os.fsencode(part))} "
+                               f"bytes, the file system allows {name_max}; shorten paths.run_id (or hydra.run.dir)")
+    if not base.is_dir():
+        raise StorageError(f"cannot create the run folder {run_dir}: {base} is a file")
+    if not os.access(base, os.W_OK | os.X_OK):
+        raise StorageError(f"cannot create the run folder {run_dir}: {base} is not writable")
+
+
+def check_free_space(run_dir: Path, need_bytes: int) -> None:
+    """Fail before training when the disk of the run folder cannot take ``need_bytes``."""
+    free = shutil.disk_usage(run_dir).free
+    if free < need_bytes:
+        raise StorageError(f"not enough free disk space in {run_dir}: {_mb(free)} free, the run needs about "
+                           f"{_mb(need_bytes)} for its checkpoints")
+
+
+def _mb(n: int) -> str:
+    return f"{n / 2**20:.0f} MiB" if n < 2**30 else f"{n / 2**30:.1f} GiB"
+
+
+def storage_failure(exc: BaseException, run_dir: Path) -> StorageError | None:
+    """The one-line StorageError behind ``exc`` when it is a write that the disk refused (torch's writer
+    reports a full disk as a RuntimeError), else None."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, OSError) and seen.errno in STORAGE_ERRNOS:
+            return StorageError(f"cannot write to {seen.filename or run_dir}: {seen.strerror}; checkpoints and "
+                                f"records already on disk are intact (written atomically)")
+        if isinstance(seen, RuntimeError) and any(m in str(seen) for m in TORCH_WRITE_FAILURES):
+            try:
+                free = _mb(shutil.disk_usage(run_dir).free)
+            except OSError:
+                free = "unknown"
+            return StorageError(f"cannot write a checkpoint in {run_dir} (disk full? {free} free); the last "
+                                f"complete checkpoint and records on disk are intact (written atomically)")
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
+# -- one run per folder ---------------------------------------------------------------------------------
+class RunFolderLock:
+    """``<run>/.attnlab.lock``: held (``flock``) by the one attnlab-train working in the folder, and naming its
+    pid, host and start time. The kernel drops the lock when its owner dies however it dies, so a lock left
+    by a killed run is stale and taken over; a live owner makes ``acquire`` raise ``RunFolderBusy``."""
+
+    def __init__(self, run_dir: str | os.PathLike) -> None:
+        self.run_dir = Path(run_dir)
+        self.path = self.run_dir / LOCK_FILE
+        self._fd: int | None = None
+
+    @staticmethod
+    def owner(run_dir: str | os.PathLike) -> dict | None:
+        """Who holds the lock of ``run_dir`` now (None when no live process does); creates nothing."""
+        path = Path(run_dir) / LOCK_FILE
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except OSError:
+            return None
+        try:
+            import fcntl
+
+            try:
+                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return _read_owner(fd)
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            return None
+        finally:
+            os.close(fd)
+
+    def acquire(self) -> RunFolderLock:
+        import fcntl
+
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        while True:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                owner = _read_owner(fd)
+                os.close(fd)
+                raise RunFolderBusy(busy_message(self.run_dir, owner)) from None
+            # The previous owner may have removed the file between our open and our lock: lock the file
+            # that is at the path now.
+            try:
+                same = os.fstat(fd).st_ino == os.stat(self.path).st_ino
+            except FileNotFoundError:
+                same = False
+            if same:
+                break
+            os.close(fd)
+        stale = _read_owner(fd)
+        if stale:
+            log.warning("taking over the run folder lock left by a dead run (pid %s on %s)", stale.get("pid"),
+                        stale.get("host"))
+        me = {"pid": os.getpid(), "host": socket.gethostname(), "started": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, (json.dumps(me) + "\n").encode(), 0)
+        self._fd = fd
+        return self
+
+    def release(self) -> None:
+        if self._fd is None:
+            return
+        with contextlib.suppress(OSError):
+            self.path.unlink()
+        os.close(self._fd)  # closing drops the flock
+        self._fd = None
+
+
+def _read_owner(fd: int) -> dict:
+    try:
+        return json.loads(os.pread(fd, 4096, 0).decode() or "{}")
+    except (OSError, ValueError):
+        return {}
+
+
+def busy_message(run_dir: Path, owner: dict | None) -> str:
+    who = f"pid {owner.get('pid')} on {owner.get('host')}, since {owner.get('started')}" if owner else "another process"
+    return (f"the run folder {run_dir} is in use by another attnlab-train ({who}); wait for it to end, or "
+            f"start a separate run with another paths.run_id")
