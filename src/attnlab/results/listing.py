@@ -92,7 +92,8 @@ def render_listing(targets: list[Target], seeds: str, jobs: int = 1) -> str:
     for t in targets:
         rows = ",".join(t.rows) or "none yet"
         tables = " ".join(s.name for s in t.specs) or "none yet"
-        lines.append(f"{t.name}: rows {rows}; seeds {seeds}; tables {tables}; estimated time {estimate(t, n_seeds, jobs)}")
+        time = estimate(t, n_seeds, jobs)
+        lines.append(f"{t.name}: rows {rows}; seeds {seeds}; tables {tables}; estimated time {time}")
     return "\n".join(lines) + "\n"
 
 
