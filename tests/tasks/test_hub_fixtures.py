@@ -90,7 +90,12 @@ def translation_rows(task: dict[str, Any], root: Path) -> dict[str, list[dict]]:
             for side, index in (("src", 0), ("tgt", 1)):
                 path = root / spec[side]
                 path.parent.mkdir(parents=True, exist_ok=True)
-                path.write_text("\n".join(p[index] for p in pairs[:6]) + "\n")
+                lines = [p[index] for p in pairs[:6]]
+                if spec.get("format") in ("sgm", "xml"):  # WMT newstest SGML / IWSLT XML: one <seg> per line
+                    segs = "".join(f'<seg id="{i + 1}">{line}</seg>\n' for i, line in enumerate(lines))
+                    path.write_text(f'<refset>\n<doc docid="fixture">\n{segs}</doc>\n</refset>\n')
+                else:
+                    path.write_text("\n".join(lines) + "\n")
     return splits
 
 
