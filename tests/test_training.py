@@ -12,7 +12,7 @@ from attnlab.training.run import build_datamodule, build_module, derive_batching
 from tests.conftest import TINY, TINY_ALGO, compose
 
 LISTOPS_TINY = ["task=lra/listops", "task.at_scale.cpu.train_size=32", "task.at_scale.cpu.val_size=8",
-                "task.at_scale.cpu.test_size=8", "task.at_scale.cpu.max_len=40"]
+                "task.at_scale.cpu.test_size=8", "task.at_scale.cpu.min_len=16", "task.at_scale.cpu.max_len=40"]
 
 
 def _write_tiny_corpus(root: Path) -> None:
