@@ -136,7 +136,8 @@ def build_tables(cfg: Mapping[str, Any] | DictConfig) -> list[Path]:
     if cfg.get("wandb") or cfg.get("logger") == "wandb":
         from attnlab.cli.wandb_io import upload_tables
 
-        run_id = upload_tables(written, entity=cfg.get("entity"), project=cfg.get("project"), name=table)
+        run_id = upload_tables(written, entity=cfg.get("entity"), project=cfg.get("project"), name=table,
+                               folder=Path(cfg.get("out") or "results/"))
         print(f"wandb: tables sent as an artifact of run {run_id}" if run_id else "wandb: no table files to send")
     return written
 

@@ -126,9 +126,11 @@ def offline_wandb_records(roots: list[str], skip_corrupt: bool = False):
     return loaded, corrupt
 
 
-def upload_tables(written: list[Path], *, entity: Any, project: Any, name: str) -> str | None:
+def upload_tables(written: list[Path], *, entity: Any, project: Any, name: str, folder: Path) -> str | None:
     """Send the built tables (markdown and PNG; CSV and LaTeX too) to wandb as one ``table`` artifact, the
-    PNGs also as images; offline unless ``WANDB_MODE`` says otherwise. Returns the wandb run id."""
+    PNGs also as images; offline unless ``WANDB_MODE`` says otherwise. The run's files go under ``folder``
+    (the tables' output folder), named explicitly: wandb otherwise reuses the directory its process-wide
+    settings took from the first run of the process. Returns the wandb run id."""
     import wandb
 
     files = [p for p in written if p.suffix in (".md", ".png", ".csv", ".tex") and p.is_file()]
@@ -136,6 +138,7 @@ def upload_tables(written: list[Path], *, entity: Any, project: Any, name: str) 
         return None
     os.environ.setdefault("WANDB_MODE", "offline")
     run = wandb.init(project=project or "attnlab", entity=entity, job_type="table", name=f"table-{name}",
+                     dir=str(folder),
                      settings=wandb.Settings(silent=True, console="off", x_disable_stats=True))
     try:
         artifact = wandb.Artifact(f"tables-{name}".replace("/", "-"), type="table")
