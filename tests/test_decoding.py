@@ -155,7 +155,7 @@ def _eos_biased_model(seed: int, eos_bias: float):
     return model
 
 
-@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("seed", range(2))
 @pytest.mark.parametrize("eos_bias", [-4.0, 0.0, 2.0])
 @pytest.mark.parametrize("beam_size,alpha,penalty", [(1, 0.0, "gnmt"), (4, 0.6, "gnmt"), (5, 1.0, "fairseq")])
 def test_batched_beam_search_equals_the_one_at_a_time_reference(seed, eos_bias, beam_size, alpha, penalty):
