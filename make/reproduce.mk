@@ -19,6 +19,9 @@
 # every spec named <table>.yaml or <table>_*.yaml is built.
 
 SEEDS ?= 1,2,3
+# ROWS: make patterns (% = any text) over the row names, to run part of a table, e.g. ROWS=%gl_en for the one
+# QKNorm pair with local data; the table is built from whatever records exist (missing rows stay "missing").
+ROWS ?= %
 SCALE ?= cpu
 HARDWARE ?= cpu
 ARGS ?=
@@ -40,13 +43,13 @@ repro_comma := ,
 repro_empty :=
 repro_space := $(repro_empty) $(repro_empty)
 # $(call repro_rows,ut/table4) -> ut/table4/transformer_addition,ut/table4/transformer_copy,...
-repro_rows = $(subst $(repro_space),$(repro_comma),$(sort $(patsubst $(EXPERIMENT_CONF)/%.yaml,%,$(wildcard $(EXPERIMENT_CONF)/$(1)/*.yaml))))
+repro_rows = $(subst $(repro_space),$(repro_comma),$(filter $(addprefix $(1)/,$(ROWS)),$(sort $(patsubst $(EXPERIMENT_CONF)/%.yaml,%,$(wildcard $(EXPERIMENT_CONF)/$(1)/*.yaml)))))
 # $(call repro_specs,ut/table4) -> ut/table4_addition ut/table4_copy ut/table4_reverse
 repro_specs = $(sort $(patsubst $(TABLE_SPECS)/%.yaml,%,$(wildcard $(TABLE_SPECS)/$(1).yaml $(TABLE_SPECS)/$(1)_*.yaml)))
 
 # $(call reproduce,<paper>/<table>): train the rows (skipping existing records), then build every spec.
 define reproduce
-	@test -n "$(call repro_rows,$(1))" || { echo "error: no presets under $(EXPERIMENT_CONF)/$(1)" >&2; exit 2; }
+	@test -n "$(call repro_rows,$(1))" || { echo "error: no presets under $(EXPERIMENT_CONF)/$(1) match ROWS=$(ROWS) (make patterns over the file names, e.g. ROWS=%gl_en)" >&2; exit 2; }
 	@test -n "$(call repro_specs,$(1))" || { echo "error: no table spec $(TABLE_SPECS)/$(1)[_*].yaml" >&2; exit 2; }
 	ATTNLAB_SKIP_EXISTING=1 ATTNLAB_PUBLISHED_RUNS=$(PUBLISHED) $(BIN)/attnlab-train -m experiment=$(call repro_rows,$(1)) seed=$(SEEDS) \
 		scale=$(SCALE) hardware=$(HARDWARE) paths.runs_dir=$(RUNS) $(repro_launcher) $(ARGS)

@@ -93,3 +93,21 @@ def test_reproduce_targets_run_every_preset_as_one_multirun_and_build_every_spec
         assert piece in train
     assert "attnlab.results.publish runs results/runs --only ut/table4" in dry.stdout
     assert "attnlab-table table=ut/table4_copy runs=results/runs out=results/" in dry.stdout
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
+def test_reproduce_rows_filter_runs_only_the_matching_rows_and_refuses_a_pattern_matching_none():
+    def dry(*make_args):
+        return subprocess.run(["make", "-n", "reproduce-qknorm-table1", "STAMP=", *make_args],
+                              cwd=REPO, capture_output=True, text=True, timeout=60)
+
+    out = dry("ROWS=%gl_en")
+    assert out.returncode == 0, out.stderr
+    train = next(line for line in out.stdout.splitlines() if "attnlab-train -m" in line)
+    assert "experiment=qknorm/table1/baseline_gl_en,qknorm/table1/qknorm_gl_en " in train
+    # every spec of the table is still built: the rows not run show as missing
+    assert "attnlab-table table=qknorm/table1_ar_en" in out.stdout
+    refused = subprocess.run(["make", "reproduce-qknorm-table1", "STAMP=", "ROWS=%no_such_pair"],
+                             cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert refused.returncode != 0
+    assert "match ROWS=%no_such_pair" in refused.stderr
