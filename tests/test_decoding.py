@@ -175,3 +175,52 @@ def test_batched_beam_search_equals_the_one_at_a_time_reference(seed, eos_bias, 
         alone = beam_search(model, src[i : i + 1, : int((src[i] != 0).sum())] if i == 4 else src[i : i + 1], **kw)
         row = alone[0].tolist()
         assert fast[i, : len(row)].tolist() == row
+
+
+@pytest.mark.parametrize("use_cache", [True, False])
+@pytest.mark.parametrize("beam_size,alpha", [(4, 0.6), (3, 0.0)])
+def test_sources_leave_the_batched_beam_search_when_done_without_changing_any_hypothesis(use_cache, beam_size, alpha):
+    """EOS is made likely only once the hypothesis is about as long as its source, so short sources end their
+    search many steps before long ones and leave the batch (the decoder sees fewer rows); every hypothesis
+    must still equal the reference's, which keeps stepping every source to the end."""
+    model = _model(3)
+    original = model.decode
+    rows_seen: list[int] = []
+
+    def decode(tgt_in, memory, memory_padding, cache=None):
+        """The model's logits, steered so that each row's choice depends on its own memory, its own cache and
+        its own prefix: a row mixed up when sources leave changes the hypotheses."""
+        logits, aux = original(tgt_in, memory, memory_padding, cache=cache)
+        rows_seen.append(logits.shape[0])
+        if cache is None:  # the decayed count of the prefix's tokens, recomputed from the whole prefix
+            history = torch.zeros(tgt_in.shape[0], 12)
+            for column in tgt_in.T:
+                history = 0.5 * history + torch.nn.functional.one_hot(column, 12).float()
+        else:  # the same, carried in the cache (reordered with the beams, cut when sources leave)
+            history = 0.5 * cache.get("history", torch.zeros(tgt_in.shape[0], 12))
+            history = history + torch.nn.functional.one_hot(tgt_in[:, -1], 12).float()
+            cache["history"] = history
+        if cache is None:
+            step = tgt_in.shape[1]
+        else:
+            step = cache["steps"] = cache.get("steps", 0) + 1
+        source_len = (~memory_padding).sum(1)
+        source_tag = memory[:, 0, :9] / memory[:, 0, :9].std(1, keepdim=True)
+        logits = logits.clone()
+        logits[:, -1, 3:] += 2.0 * source_tag - 3.0 * history[:, 3:]
+        # EOS likely only once the hypothesis is about as long as its source; pad and BOS never follow.
+        logits[:, -1, 2] += torch.where(step >= source_len - 1, 6.0, -6.0)
+        logits[:, -1, :2] = float("-inf")
+        return logits, aux
+
+    model.decode = decode
+    gen = torch.Generator().manual_seed(5)
+    src = torch.randint(3, 12, (6, 10), generator=gen)
+    for row, length in enumerate([10, 3, 7, 2, 9, 4]):
+        src[row, length:] = 0
+    kw = dict(bos_id=1, eos_id=2, max_len=16, beam_size=beam_size, alpha=alpha, use_cache=use_cache)
+    ref = beam_search_reference(model, src, **kw)
+    rows_seen.clear()
+    fast = beam_search(model, src, **kw)
+    assert min(rows_seen) < max(rows_seen) == 6 * beam_size, "no source left the batch early"
+    assert torch.equal(fast, ref)

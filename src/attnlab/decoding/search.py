@@ -88,26 +88,34 @@ def beam_search(
     scores = torch.zeros(batch, k, device=device)
     scores[:, 1:] = float("-inf")  # all beams start identical: keep one alive at step 0
     neg_inf = torch.tensor(float("-inf"), device=device)
-    # Finished hypotheses per source, best first: normalised score, tokens (EOS-padded), length.
+    # Finished hypotheses per live source, best first: normalised score, tokens (EOS-padded), length.
     done_scores = torch.full((batch, k), float("-inf"), device=device)
     done_tokens = torch.full((batch, k, max_len), eos_id, dtype=torch.long, device=device)
     done_len = torch.zeros(batch, k, dtype=torch.long, device=device)
-    rows = torch.arange(batch, device=device)
+    # A source whose search is over leaves the batch (its rows of the memory, the beams and every cache go),
+    # so the last long sentences of a batch do not drag the finished ones through each step. Its best
+    # finished hypothesis is final by then: a later EOS scores s / lp(step) <= s / lp(max_len) <= the live
+    # bound that already lost, so the reference, which keeps stepping it, never changes it either.
+    result = torch.full((batch, max_len), eos_id, dtype=torch.long, device=device)
+    result_len = torch.zeros(batch, dtype=torch.long, device=device)
+    source_ids = torch.arange(batch, device=device)  # original index of each source still in the batch
     cache: dict | None = {} if use_cache else None
     for step in range(1, max_len + 1):
+        live = source_ids.shape[0]
+        rows = torch.arange(live, device=device)
         step_in = tokens[:, -1:] if use_cache else tokens
         logits, _ = model.decode(step_in, memory, memory_padding, cache=cache)
         logp = logits[:, -1].float().log_softmax(-1)
         vocab = logp.shape[-1]
-        cand = (scores.view(-1, 1) + logp).view(batch, k * vocab)
+        cand = (scores.view(-1, 1) + logp).view(live, k * vocab)
         top_scores, top_idx = cand.topk(2 * k, dim=-1)
         beam_idx, tok_idx = top_idx // vocab, top_idx % vocab
         alive = top_scores > float("-inf")
         is_eos = (tok_idx == eos_id) & alive
         lp = lp_fn(float(step), alpha)
         # Hypotheses ending here: the prefix (without BOS) of the beam each EOS candidate extends.
-        prefix = tokens[:, 1:].view(batch, k, step - 1)
-        new_hyp = torch.full((batch, 2 * k, max_len), eos_id, dtype=torch.long, device=device)
+        prefix = tokens[:, 1:].view(live, k, step - 1)
+        new_hyp = torch.full((live, 2 * k, max_len), eos_id, dtype=torch.long, device=device)
         new_hyp[:, :, : step - 1] = prefix.gather(1, beam_idx.unsqueeze(-1).expand(-1, -1, step - 1))
         new_done = torch.where(is_eos, top_scores / lp, neg_inf)
         # Merge with what finished before; a stable sort puts earlier-finished first among equals, as the
@@ -117,38 +125,62 @@ def beam_search(
         done_scores = pool_scores.gather(1, order)
         pool_tokens = torch.cat([done_tokens, new_hyp], dim=1)
         done_tokens = pool_tokens.gather(1, order.unsqueeze(-1).expand(-1, -1, max_len))
-        pool_len = torch.cat([done_len, torch.full((batch, 2 * k), step - 1, dtype=torch.long, device=device)], 1)
+        pool_len = torch.cat([done_len, torch.full((live, 2 * k), step - 1, dtype=torch.long, device=device)], 1)
         done_len = pool_len.gather(1, order)
         # The first k non-EOS candidates continue; rank r goes to slot r, the rest to a scratch slot k.
         going_on = alive & ~is_eos
         rank = going_on.long().cumsum(1) - 1
         slot = torch.where(going_on & (rank < k), rank, torch.full_like(rank, k))
-        new_scores = torch.full((batch, k + 1), float("-inf"), device=device).scatter(1, slot, top_scores)[:, :k]
-        new_src = torch.zeros(batch, k + 1, dtype=torch.long, device=device).scatter(1, slot, beam_idx)[:, :k]
-        new_tok = torch.full((batch, k + 1), eos_id, dtype=torch.long, device=device).scatter(1, slot, tok_idx)[:, :k]
+        new_scores = torch.full((live, k + 1), float("-inf"), device=device).scatter(1, slot, top_scores)[:, :k]
+        new_src = torch.zeros(live, k + 1, dtype=torch.long, device=device).scatter(1, slot, beam_idx)[:, :k]
+        new_tok = torch.full((live, k + 1), eos_id, dtype=torch.long, device=device).scatter(1, slot, tok_idx)[:, :k]
         # Slots nobody filled keep -inf, source beam 0 and EOS, as in the reference.
-        filled = torch.zeros(batch, k + 1, dtype=torch.bool, device=device).scatter(1, slot, going_on)[:, :k]
+        filled = torch.zeros(live, k + 1, dtype=torch.bool, device=device).scatter(1, slot, going_on)[:, :k]
         new_scores = torch.where(filled, new_scores, neg_inf)
         new_src = torch.where(filled, new_src, torch.zeros_like(new_src))
         new_tok = torch.where(filled, new_tok, torch.full_like(new_tok, eos_id))
         flat_src = (new_src + rows.unsqueeze(1) * k).view(-1)
         tokens = torch.cat([tokens.index_select(0, flat_src), new_tok.view(-1, 1)], dim=1)
         scores = new_scores
-        if cache is not None:
-            reorder_cache(cache, flat_src)
         best_possible = scores.max(dim=1).values / lp_fn(float(max_len), alpha)
         worst_kept = done_scores[:, -1]
-        if bool(((worst_kept > float("-inf")) & (best_possible <= worst_kept)).all()):
+        over = (worst_kept > float("-inf")) & (best_possible <= worst_kept)
+        n_over = int(over.sum())  # the one device sync per step, as the all-finished test was
+        if n_over:
+            ended = source_ids[over]
+            result[ended] = done_tokens[over, 0]
+            result_len[ended] = done_len[over, 0] + 1  # with its EOS
+        if n_over == live:
+            if cache is not None:
+                reorder_cache(cache, flat_src)
+            source_ids = source_ids[:0]
             break
-    # Best finished hypothesis plus its EOS; a source with none takes its best live beam.
-    has_done = done_scores[:, 0] > float("-inf")
-    best_live = scores.argmax(dim=1)
-    live = tokens.view(batch, k, -1)[rows, best_live, 1:]
-    lengths = torch.where(has_done, done_len[:, 0] + 1, torch.full_like(done_len[:, 0], live.shape[1]))
-    width = int(lengths.max())  # <= max_len: finished ones end by step - 1, live ones ran every step
-    live_cut = torch.full((batch, width), eos_id, dtype=torch.long, device=device)
-    live_cut[:, : min(width, live.shape[1])] = live[:, :width]
-    return torch.where(has_done.unsqueeze(1), done_tokens[:, 0, :width], live_cut)
+        if n_over:
+            keep = (~over).nonzero().squeeze(1)
+            keep_rows = (keep.unsqueeze(1) * k + torch.arange(k, device=device)).view(-1)
+            flat_src = flat_src.index_select(0, keep_rows)
+            tokens = tokens.index_select(0, keep_rows)
+            memory = memory.index_select(0, keep_rows)
+            memory_padding = memory_padding.index_select(0, keep_rows)
+            scores, done_scores, done_tokens, done_len = (
+                scores[keep], done_scores[keep], done_tokens[keep], done_len[keep])
+            source_ids = source_ids[keep]
+        if cache is not None:
+            reorder_cache(cache, flat_src)
+    if source_ids.numel():
+        # Still searching at max_len: the best finished hypothesis plus its EOS, or, with none, the best live
+        # beam (max_len tokens, no EOS).
+        live = source_ids.shape[0]
+        has_done = done_scores[:, 0] > float("-inf")
+        best_live = scores.argmax(dim=1)
+        live_tokens = tokens.view(live, k, -1)[torch.arange(live, device=device), best_live, 1:]
+        live_full = torch.full((live, max_len), eos_id, dtype=torch.long, device=device)
+        live_full[:, : live_tokens.shape[1]] = live_tokens
+        result[source_ids] = torch.where(has_done.unsqueeze(1), done_tokens[:, 0], live_full)
+        result_len[source_ids] = torch.where(
+            has_done, done_len[:, 0] + 1, torch.full_like(done_len[:, 0], live_tokens.shape[1]))
+    width = int(result_len.max())  # <= max_len: finished ones end by step - 1, live ones ran every step
+    return result[:, :width]
 
 
 @torch.no_grad()
