@@ -9,6 +9,10 @@ STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 # Committed run records (results.json, config, small artifacts) behind the committed tables in results/.
 PUBLISHED ?= results/runs
+# Files whose generated blocks `make tables` fills: README.md's tables, each paper's "What held" claims.
+empty :=
+comma := ,
+TABLE_READMES := [$(subst $(empty) $(empty),$(comma),README.md $(sort $(wildcard experiments/*/README.md)))]
 DEMO_DIR := runs/demo/$(shell date +%Y-%m-%d_%H-%M-%S)
 # Our machines keep real datasets in ../shared/data; elsewhere set ATTNLAB_DATA_ROOT (or paths.data_root).
 ifneq ($(wildcard ../shared/data),)
@@ -71,10 +75,10 @@ bench: $(STAMP) ## Run the performance benchmarks (ratios vs same-process baseli
 	$(BIN)/python benchmarks/run_all.py $(BENCH_ARGS)
 
 tables: $(STAMP) ## Rebuild every results table and results/CLAIMS.md from the committed run records in results/runs (no training)
-	$(BIN)/attnlab-table table=all runs=$(PUBLISHED) out=results/ readme=README.md
+	$(BIN)/attnlab-table table=all runs=$(PUBLISHED) out=results/ readme=$(TABLE_READMES)
 
 check-tables: $(STAMP) ## Fail unless every committed table and results/CLAIMS.md is exactly what results/runs gives (CI runs this)
-	$(BIN)/attnlab-table table=all runs=$(PUBLISHED) out=results/ readme=README.md check=true
+	$(BIN)/attnlab-table table=all runs=$(PUBLISHED) out=results/ readme=$(TABLE_READMES) check=true
 
 publish-runs: $(STAMP) ## Copy the records of finished preset runs (RUNS=runs) into results/runs for committing
 	$(BIN)/python -m attnlab.results.publish $(RUNS) $(PUBLISHED)

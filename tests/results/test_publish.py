@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import yaml
 
 from attnlab.cli.table import build_tables
 from attnlab.results.errors import TableError
@@ -136,3 +137,37 @@ def test_readme_blocks_are_filled_by_make_tables_and_held_by_check(workspace, pu
         build_tables(_cfg(workspace, readme=str(readme), check=True))
     with pytest.raises(TableError, match="no such file"):
         build_tables(_cfg(workspace, readme=str(workspace / "nope.md")))
+
+
+def test_paper_claims_blocks_say_what_held_with_the_numbers_and_compute_behind_them(workspace, put_record):
+    """`make tables` fills each paper README's claims block: the claims of every table of that paper, their
+    results from the records (held / not held / not run), the counts, and the runs' total wall time."""
+    spec = yaml.safe_load((workspace / "experiments" / "toy" / "t1.yaml").read_text())
+    spec["claims"] = [
+        {"claim": "UT above the Transformer", "source": "toy", "metric": "Seq. acc.", "a": "UT", "b": "Transformer",
+         "test": "greater"},
+        {"claim": "ACT above the Transformer", "source": "toy", "metric": "Seq. acc.", "a": "UT + ACT",
+         "b": "Transformer", "test": "greater"},
+    ]  # fmt: skip
+    (workspace / "experiments" / "toy" / "t1.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
+    for seed, (transformer, ut) in enumerate([(0.20, 0.61), (0.22, 0.63), (0.21, 0.60)]):
+        put_record(f"t{seed}", experiment="demo/copy", seed=seed, **{"metrics.final.test/seq_acc": transformer,
+                   "cost.wall_s": 600.0})  # fmt: skip
+        put_record(f"u{seed}", experiment="demo/copy", seed=seed, **{"model.recurrence": "ut", "config_hash": "cd" * 32,
+                   "metrics.final.test/seq_acc": ut, "cost.wall_s": 1200.0})  # fmt: skip
+    publish_runs([workspace / "runs"], workspace / "results" / "runs")
+    readme = workspace / "README.md"
+    readme.write_text("# Toy\n<!-- attnlab-claims: toy -->\nold\n<!-- /attnlab-claims -->\nend\n")
+    build_tables(_cfg(workspace, readme=[str(readme)]))
+    text = readme.read_text()
+    assert "old" not in text and text.endswith("<!-- /attnlab-claims -->\nend\n")
+    assert "2 claims: 1 held, 0 not held, 0 inconclusive, 1 not run." in text
+    assert "6 completed runs, 1.5 h of run wall time" in text  # 3 x 600 s + 3 x 1200 s
+    held = next(line for line in text.splitlines() if "UT above the Transformer" in line)
+    assert "+40.3" in held and "**held**" in held  # 61.3 - 21.0 points
+    assert "**not run** (UT + ACT: missing" in next(line for line in text.splitlines() if "ACT above" in line)
+    assert build_tables(_cfg(workspace, readme=[str(readme)], check=True)) == []
+
+    readme.write_text("<!-- attnlab-claims: nosuchpaper -->\n<!-- /attnlab-claims -->\n")
+    with pytest.raises(TableError, match="nosuchpaper"):
+        build_tables(_cfg(workspace, readme=[str(readme)]))

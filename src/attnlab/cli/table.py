@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +28,7 @@ from attnlab.results.loading import Corrupt, Loaded, corrupt_hint, load_records
 from attnlab.results.paper import PaperTablesError, default_experiments_dir, load_paper_tables
 from attnlab.results.record import RecordError, config_hash, sanitize_record, validate_record, write_files_atomically
 from attnlab.results.render import render_all, render_markdown, render_summary
-from attnlab.results.render.claims import render_claims_overview
+from attnlab.results.render.claims import render_claims_overview, render_paper_claims
 from attnlab.results.render.png import has_figure
 from attnlab.results.spec import list_specs, load_spec
 
@@ -100,12 +100,14 @@ def build_tables(cfg: Mapping[str, Any] | DictConfig) -> list[Path]:
         files.update(render_all(built, cfg.get("out") or "results/", plot=bool(cfg.get("plot", True))))
     if table == "all":  # the overview covers every spec, so only a build of all of them writes it
         files[Path(cfg.get("out") or "results/") / CLAIMS_FILENAME] = render_claims_overview(built_all).encode()
-    readme = Path(cfg["readme"]) if cfg.get("readme") else None
-    if readme is not None:
+    for readme in map(Path, _as_list(cfg.get("readme"))):
         if not readme.is_file():
             raise TableError(f"readme={readme}: no such file (it names the file whose table blocks to fill)")
         text = readme.read_text(encoding="utf-8")
-        files[readme] = fill_readme_tables(text, {b.spec.name: b for b in built_all}, where=str(readme)).encode()
+        text = fill_readme_tables(text, {b.spec.name: b for b in built_all}, where=str(readme))
+        if table == "all":  # a paper's claims need every table of the paper
+            text = fill_readme_claims(text, built_all, where=str(readme))
+        files[readme] = text.encode()
     if cfg.get("check"):
         stale = check_tables(files, Path(cfg.get("out") or "results/"), find_orphans=table == "all")
         if stale:
@@ -188,6 +190,22 @@ def fill_readme_tables(text: str, built: Mapping[str, Any], where: str = "README
         if m.group(2) not in built and "/" not in m.group(2):
             raise TableError(f"{where}: table block names {m.group(2)!r}, not a <paper>/<table> spec")
     return README_BLOCK.sub(fill, text)
+
+
+README_CLAIMS_BLOCK = re.compile(r"(<!-- attnlab-claims: (\S+) -->\n)(.*?)(<!-- /attnlab-claims -->)", re.S)
+
+
+def fill_readme_claims(text: str, built_all: Sequence[Any], where: str = "README.md") -> str:
+    """Replace every ``<!-- attnlab-claims: <paper> -->`` ... ``<!-- /attnlab-claims -->`` block of ``text``
+    with that paper's claims over all its tables ("what held at laptop scale"), from the run records."""
+    papers = {b.spec.paper for b in built_all}
+    for m in README_CLAIMS_BLOCK.finditer(text):
+        if m.group(2) not in papers:
+            raise TableError(
+                f"{where}: claims block names paper {m.group(2)!r}; the specs' papers are {', '.join(sorted(papers))}"
+            )
+    return README_CLAIMS_BLOCK.sub(lambda m: m.group(1) + render_paper_claims(built_all, m.group(2)) + m.group(4),
+                                   text)
 
 
 def check_tables(files: Mapping[Path, bytes], out: Path, find_orphans: bool) -> list[str]:
