@@ -64,7 +64,7 @@ endef
 	reproduce-bigbird-table1 reproduce-bigbird-table10
 
 reproduce-list: ## List every reproduce target: rows (presets), seeds, table specs, estimated wall time
-	@$(BIN)/python -m attnlab.results.listing --seeds $(SEEDS) --jobs $(JOBS) --conf $(EXPERIMENT_CONF) --experiments $(TABLE_SPECS)
+	@$(BIN)/python -m attnlab.results.listing --seeds $(SEEDS) --jobs $(JOBS) --conf $(EXPERIMENT_CONF) --experiments $(TABLE_SPECS) --published $(PUBLISHED)
 
 # Every reproduce target, for the hint below: one per preset folder <paper>/<table>, and the T5 path's two.
 REPRO_TARGETS := $(sort $(foreach d,$(filter-out synthesizer/t5 demo/%,$(patsubst $(EXPERIMENT_CONF)/%/,%,\

@@ -13,7 +13,7 @@ import yaml
 from attnlab.results.build import build_table
 from attnlab.results.claims import evaluate_claims
 from attnlab.results.errors import TableError
-from attnlab.results.listing import Target, estimate, table_targets
+from attnlab.results.listing import Target, estimate, published_runs, table_targets
 from attnlab.results.loading import load_records
 from attnlab.results.lookup import find_completed, search_roots
 from attnlab.results.paper import load_paper_tables
@@ -160,6 +160,25 @@ def test_listing_estimates_from_the_laptop_block_or_says_not_measured():
     for target in ("reproduce-ut-table4", "reproduce-bigbird-table1", "reproduce-bigbird-table10",
                    "reproduce-synthesizer-table4-t5", "reproduce-synthesizer-table5-t5"):  # fmt: skip
         assert target in names
+
+
+def test_listing_leaves_out_published_runs_and_uses_their_measured_wall_time(workspace, put_record):
+    """make reproduce-list with committed records: runs of the asked seeds already published are done (the
+    targets skip them) and the rest is timed by the median wall time the table's runs really took here."""
+    spec_path = workspace / "experiments" / "toy" / "t1.yaml"
+    spec_path.write_text(yaml.safe_dump({**SPEC, "laptop": {"protocol": "p", "per_run_s": 300, "runs": 9}}))
+    spec = load_spec("toy/t1", workspace / "experiments")
+    for seed, wall in ((1, 100.0), (2, 200.0), (7, 900.0)):  # seed 7 is not asked for: not done, still timed
+        put_record(f"t{seed}", experiment="demo/copy", seed=seed, **{"cost.wall_s": wall})
+    put_record("failed", experiment="demo/copy", seed=3, status="failed", error="boom", **{"cost.wall_s": 5.0})
+    published = published_runs([spec], workspace / "runs", workspace / "experiments")
+    assert published["toy/t1"].done == {("Transformer", 1), ("Transformer", 2), ("Transformer", 7)}
+    # 3 rows x seeds 1-3 = 9 runs, 2 published; 7 left x median(100, 200, 900) = 200 s
+    assert estimate(Target("t", [], [spec]), [1, 2, 3], 1, published) == (
+        "~23 min (toy/t1: 7 of 9 runs to train x 200 s measured)"
+    )
+    assert estimate(Target("t", [], [spec]), [1, 2, 3], 1, {}) == "~45 min (toy/t1: 9 runs x 300 s)"
+    assert published_runs([spec], workspace / "nowhere", workspace / "experiments") == {}
 
 
 @pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")

@@ -8,14 +8,20 @@ The estimate is read from each spec's ``laptop`` block (``protocol``: the table'
 trains, rows x seeds) as ``per_run_s`` x the spec's rows x the seeds asked for; a spec without a measured
 ``per_run_s`` says "not measured" rather than guessing.
 
+With ``--published results/runs`` the committed records count too: the runs of the asked seeds already
+published are done (the targets skip them), and once a table has records their median wall time (measured
+on this machine, in the sweep: JOBS runs at once) replaces the spec's estimate for the runs still to train.
+
     python -m attnlab.results.listing --seeds 1,2,3 [--conf src/attnlab/conf/experiment] [--experiments experiments]
+        [--published results/runs]
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
-from dataclasses import dataclass
+import statistics
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from attnlab.results.errors import SpecError
@@ -31,10 +37,43 @@ T5_TARGETS = {
 
 
 @dataclass
+class Published:
+    """What the committed records already hold of one spec: the (row, seed) pairs done, their wall times."""
+
+    done: set[tuple[str, int]] = field(default_factory=set)
+    wall_s: list[float] = field(default_factory=list)  # one per completed run, as the sweep measured it
+
+
+@dataclass
 class Target:
     name: str
     rows: list[str]  # experiment names of the presets it trains
     specs: list[TableSpec]
+
+
+def published_runs(specs: list[TableSpec], published_dir: Path, experiments_dir: Path) -> dict[str, Published]:
+    """Per spec name, the completed runs among the records under ``published_dir`` (grouped as the table
+    builder groups them)."""
+    from attnlab.results.build import build_table
+    from attnlab.results.loading import load_records
+    from attnlab.results.paper import load_paper_tables
+
+    if not published_dir.is_dir():
+        return {}
+    records, _ = load_records([published_dir], skip_corrupt=True)
+    papers = load_paper_tables(None, experiments_dir=experiments_dir)
+    found = {}
+    for spec in specs:
+        built = build_table(spec, records, papers)
+        pub = Published()
+        for row in built.rows:
+            for rec in row.used:
+                pub.done.add((row.spec.label, int(rec.data.get("seed", -1))))
+                wall = (rec.data.get("cost") or {}).get("wall_s")
+                if wall:
+                    pub.wall_s.append(float(wall))
+        found[spec.name] = pub
+    return found
 
 
 def table_targets(conf_dir: Path, experiments_dir: Path) -> list[Target]:
@@ -65,18 +104,29 @@ def fmt_duration(seconds: float) -> str:
     return f"{minutes:.0f} min" if minutes < 120 else f"{minutes / 60:.1f} h"
 
 
-def estimate(target: Target, seeds: int, jobs: int = 1) -> str:
+def estimate(target: Target, seeds: int | list[int], jobs: int = 1, published: dict[str, Published] | None = None) -> str:
     """The estimated wall time of the target on this CPU with ``jobs`` single-threaded runs at once (the
-    reproduce targets' joblib launcher), or what is not measured. ``per_run_s`` is one run alone."""
+    reproduce targets' joblib launcher), or what is not measured. ``per_run_s`` is one run alone; with
+    ``published`` (see ``published_runs``), runs already published are left out and a table's measured median
+    wall time per run replaces its estimate."""
+    seed_list = list(range(seeds)) if isinstance(seeds, int) else list(seeds)
     parts, total, unmeasured = [], 0.0, []
     for spec in target.specs:
+        pub = (published or {}).get(spec.name, Published())
+        runs = len(spec.rows) * len(seed_list)
+        done = sum((row.label, s) in pub.done for row in spec.rows for s in seed_list)
+        todo = runs - done
         lap = spec.laptop
-        if lap is None or lap.per_run_s is None:
-            unmeasured.append(spec.name)
+        if pub.wall_s:
+            per_run, how = statistics.median(pub.wall_s), "measured"
+        elif lap is not None and lap.per_run_s is not None:
+            per_run, how = lap.per_run_s, ""
+        else:
+            unmeasured.append(spec.name + (f" ({done}/{runs} published)" if done else ""))
             continue
-        runs = len(spec.rows) * seeds
-        total += lap.per_run_s * runs
-        parts.append(f"{spec.name}: {runs} runs x {lap.per_run_s:.0f} s")
+        total += per_run * todo
+        runs_text = f"{todo} of {runs} runs to train" if done else f"{runs} runs"
+        parts.append(f"{spec.name}: {runs_text} x {per_run:.0f} s" + (f" {how}" if how else ""))
     if not target.specs:
         return "not measured (no table spec)"
     at_once = f" with {jobs} runs at once" if jobs > 1 else ""
@@ -86,13 +136,14 @@ def estimate(target: Target, seeds: int, jobs: int = 1) -> str:
     return text
 
 
-def render_listing(targets: list[Target], seeds: str, jobs: int = 1) -> str:
-    n_seeds = len([s for s in seeds.split(",") if s.strip()])
+def render_listing(targets: list[Target], seeds: str, jobs: int = 1,
+                   published: dict[str, Published] | None = None) -> str:
+    seed_list = [int(s) for s in seeds.split(",") if s.strip()]
     lines = []
     for t in targets:
         rows = ",".join(t.rows) or "none yet"
         tables = " ".join(s.name for s in t.specs) or "none yet"
-        time = estimate(t, n_seeds, jobs)
+        time = estimate(t, seed_list, jobs, published)
         lines.append(f"{t.name}: rows {rows}; seeds {seeds}; tables {tables}; estimated time {time}")
     return "\n".join(lines) + "\n"
 
@@ -103,9 +154,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--conf", default="src/attnlab/conf/experiment", type=Path)
     parser.add_argument("--experiments", default="experiments", type=Path)
     parser.add_argument("--jobs", default=1, type=int, help="runs at once (make's JOBS)")
+    parser.add_argument("--published", type=Path, default=None, help="committed records (make's PUBLISHED)")
     args = parser.parse_args(argv)
     try:
-        sys.stdout.write(render_listing(table_targets(args.conf, args.experiments), args.seeds, args.jobs))
+        targets = table_targets(args.conf, args.experiments)
+        published = (
+            published_runs([s for t in targets for s in t.specs], args.published, args.experiments)
+            if args.published else None
+        )
+        sys.stdout.write(render_listing(targets, args.seeds, args.jobs, published))
     except SpecError as exc:
         print(f"reproduce-list: error: {exc}", file=sys.stderr)
         return 2
