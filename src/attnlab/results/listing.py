@@ -19,8 +19,8 @@ on this machine, in the sweep: JOBS runs at once) replaces the spec's estimate f
 from __future__ import annotations
 
 import argparse
-import sys
 import statistics
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
