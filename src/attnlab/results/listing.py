@@ -104,7 +104,9 @@ def fmt_duration(seconds: float) -> str:
     return f"{minutes:.0f} min" if minutes < 120 else f"{minutes / 60:.1f} h"
 
 
-def estimate(target: Target, seeds: int | list[int], jobs: int = 1, published: dict[str, Published] | None = None) -> str:
+def estimate(
+    target: Target, seeds: int | list[int], jobs: int = 1, published: dict[str, Published] | None = None
+) -> str:
     """The estimated wall time of the target on this CPU with ``jobs`` single-threaded runs at once (the
     reproduce targets' joblib launcher), or what is not measured. ``per_run_s`` is one run alone; with
     ``published`` (see ``published_runs``), runs already published are left out and a table's measured median
