@@ -41,7 +41,7 @@ def data_needs(task: dict[str, Any]) -> DataNeeds:
     if "data_root" not in task:
         return DataNeeds("generated")
     if "members" in task:  # a text-to-text mixture: the members it uses decide, hub ones are skipped offline
-        chosen = task.get("tasks") or list(task["members"])
+        chosen = task.get("tasks") or [k for k, v in task["members"].items() if v is not None]
         needs = [data_needs(task["members"][name]) for name in chosen]
         corpus = (task.get("vocabulary") or {}).get("corpus") or {}
         files = [f for n in needs if n.kind == "local" for f in n.files] + _corpus_files(corpus)

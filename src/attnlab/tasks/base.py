@@ -88,6 +88,7 @@ def _load_families() -> None:
         text_lm,
         text_to_text,
         translation,
+        translation_mixture,
     )
 
 

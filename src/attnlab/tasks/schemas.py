@@ -272,12 +272,29 @@ class TextToTextTask(CommonTask):
     note: Any = None                  # what the mixture leaves out of the paper's benchmark (metric_flavours.coverage)
 
 
+@dataclass
+class TranslationMixtureTask(CommonTask):
+    """Several translation pairs trained together, T5-style prefixes (tasks/translation_mixture.py)."""
+
+    data_root: str = "data"
+    members: dict = field(default_factory=dict)       # key -> a translation task config (null: left out)
+    eval_split: str = "val"                           # val (dev-set numbers, as Synthesizer Table 6) | test
+    tokenizer: dict = field(default_factory=lambda: {"kind": "bpe", "vocab_size": 32000})
+    tokenizer_cache: Any = None
+    max_eval_pairs: Any = None                        # per member
+    max_src_len: int = 256
+    max_tgt_len: int = 256
+    sacrebleu_tokenize: str = "13a"
+    tokenized_bleu: bool = False
+    stand_in: Any = None
+
+
 _SCHEMAS = {"algorithmic": AlgorithmicTask, "listops": ListOpsTask, "text_lm": TextLMTask, "masked_lm": MaskedLMTask,
             "translation": TranslationTask, "summarization": SummarizationTask, "dialogue": DialogueTask,
             "babi": BabiTask, "glue": GlueTask,
             "lambada": LambadaTask, "lte": LteTask, "sva": SvaTask, "lra_text": LraBytesTask,
             "lra_retrieval": LraBytesTask, "span_corruption": SpanCorruptionTask,
-            "text_to_text": TextToTextTask}
+            "text_to_text": TextToTextTask, "translation_mixture": TranslationMixtureTask}
 
 
 def register_schema(loader: str, schema: type) -> None:

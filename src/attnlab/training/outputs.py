@@ -42,6 +42,8 @@ def split_rows(task: TaskData, split: str, outputs: dict[int, Any]) -> list[dict
         example = dataset[index]
         if references is not None and isinstance(references[index], str):
             reference = references[index]
+        elif references is not None and isinstance(references[index], tuple) and isinstance(references[index][-1], str):
+            reference = references[index][-1]  # (member, text): a mixture's reference carries its member
         else:  # generated tasks, T5 labels: the target as the model should have written it
             reference = task.detokenize(example[1]) if task.detokenize else None
         source = sources[index] if sources is not None else (task.detokenize(example[0]) if task.detokenize else None)
