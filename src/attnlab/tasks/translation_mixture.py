@@ -106,8 +106,8 @@ def load_translation_mixture(cfg: dict[str, Any], seed: int) -> TaskData:
     scorer = MixtureMTScorer(tuple(members), MTScorer(tokenize=tokenize, tokenized=bool(cfg.get("tokenized_bleu"))))
     flavours = {
         "bleu": f"per member <member>/bleu: sacreBLEU corpus BLEU of that member's hypotheses against its raw "
-                f"reference text; signature {bleu_signature(tokenize=tokenize)}; <unk> in hypotheses written {UNK_ESCAPE}; "
-                "bleu_average: the mean over members",
+                f"reference text; signature {bleu_signature(tokenize=tokenize)}; <unk> in hypotheses written "
+                f"{UNK_ESCAPE}; bleu_average: the mean over members",
         "chrf": f"sacreBLEU chrF per member, signature {chrf_signature()}",
         "mixture": "multi-task MT (T5-style, no pre-training): sources prefixed 'translate <Source> to <Target>: ', "
                    "training pairs pooled (examples-proportional, no size limit); " + "; ".join(counts),
