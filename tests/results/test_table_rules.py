@@ -154,6 +154,8 @@ def test_listing_estimates_from_the_laptop_block_or_says_not_measured():
     bare = spec_from_dict(SPEC, "toy/t2")
     assert estimate(Target("t", [], [spec]), seeds=3) == "~45 min (toy/t1: 9 runs x 300 s)"
     assert estimate(Target("t", [], [spec, bare]), seeds=1).endswith("; not measured: toy/t2")
+    none = spec_from_dict({**SPEC, "laptop": {"protocol": "None: no local data"}}, "toy/t3")
+    assert estimate(Target("t", [], [spec, none]), seeds=1).endswith("; no laptop protocol (see the spec): toy/t3")
     # make runs JOBS single-threaded runs at once: two at a time halve the wall time
     assert estimate(Target("t", [], [spec]), seeds=3, jobs=2) == "~22 min with 2 runs at once (toy/t1: 9 runs x 300 s)"
     names = [t.name for t in table_targets(REPO / "src/attnlab/conf/experiment", EXPERIMENTS)]

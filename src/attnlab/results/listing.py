@@ -112,7 +112,7 @@ def estimate(
     ``published`` (see ``published_runs``), runs already published are left out and a table's measured median
     wall time per run replaces its estimate."""
     seed_list = list(range(seeds)) if isinstance(seeds, int) else list(seeds)
-    parts, total, unmeasured = [], 0.0, []
+    parts, total, unmeasured, no_laptop = [], 0.0, [], []
     for spec in target.specs:
         pub = (published or {}).get(spec.name, Published())
         runs = len(spec.rows) * len(seed_list)
@@ -123,6 +123,9 @@ def estimate(
             per_run, how = statistics.median(pub.wall_s), "measured"
         elif lap is not None and lap.per_run_s is not None:
             per_run, how = lap.per_run_s, ""
+        elif lap is not None and lap.protocol.startswith("None"):  # by design: no laptop version of this spec
+            no_laptop.append(spec.name)
+            continue
         else:
             unmeasured.append(spec.name + (f" ({done}/{runs} published)" if done else ""))
             continue
@@ -135,6 +138,8 @@ def estimate(
     text = f"~{fmt_duration(total / max(jobs, 1))}{at_once} ({'; '.join(parts)})" if parts else ""
     if unmeasured:
         text += ("; " if text else "") + f"not measured: {', '.join(unmeasured)}"
+    if no_laptop:
+        text += ("; " if text else "") + f"no laptop protocol (see the spec): {', '.join(no_laptop)}"
     return text
 
 
