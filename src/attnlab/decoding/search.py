@@ -150,9 +150,7 @@ def beam_search(
             ended = source_ids[over]
             result[ended] = done_tokens[over, 0]
             result_len[ended] = done_len[over, 0] + 1  # with its EOS
-        if n_over == live:
-            if cache is not None:
-                reorder_cache(cache, flat_src)
+        if n_over == live:  # every search is over: nothing is decoded again, so the cache is left as it is
             source_ids = source_ids[:0]
             break
         if n_over:

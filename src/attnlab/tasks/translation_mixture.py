@@ -88,8 +88,7 @@ def load_translation_mixture(cfg: dict[str, Any], seed: int) -> TaskData:
     for key, member in members.items():
         member = {**member, "data_root": member.get("data_root") or cfg.get("data_root")}
         prefix = t5_prefix(member["src_lang"], member["tgt_lang"])
-        pairs = {split: load_pairs(member, split) for split in ("train", "val", "test") if split != "test"
-                 or eval_split == "test"}
+        pairs = {split: load_pairs(member, split) for split in dict.fromkeys(("train", "val", eval_split))}
         cap = member.get("max_train_pairs")
         member_train = [(s, t) for s, t in pairs["train"] if s and t]
         member_train = member_train[: int(cap)] if cap else member_train
