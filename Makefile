@@ -77,8 +77,9 @@ bench: $(STAMP) ## Run the performance benchmarks (ratios vs same-process baseli
 tables: $(STAMP) ## Rebuild every results table and results/CLAIMS.md from the committed run records in results/runs (no training)
 	$(BIN)/attnlab-table table=all runs=$(PUBLISHED) out=results/ readme=$(TABLE_READMES)
 
-check-tables: $(STAMP) ## Fail unless every committed table and results/CLAIMS.md is exactly what results/runs gives (CI runs this)
+check-tables: $(STAMP) ## Fail unless every committed table, results/CLAIMS.md and the README's benchmark table are what results/ gives (CI runs this)
 	$(BIN)/attnlab-table table=all runs=$(PUBLISHED) out=results/ readme=$(TABLE_READMES) check=true
+	$(BIN)/python benchmarks/summary.py --check
 
 publish-runs: $(STAMP) ## Copy the records of finished preset runs (RUNS=runs) into results/runs for committing
 	$(BIN)/python -m attnlab.results.publish $(RUNS) $(PUBLISHED)

@@ -104,7 +104,45 @@ def machine() -> str:
             f"threads, Python {platform.python_version()}, load average at start {load:.1f}")
 
 
-def write_results(name: str, markdown: str, data: dict) -> Path:
+def goal(key: str, what: str, value: dict[str, float] | float, target: float | None = None, op: str = ">=",
+         unit: str = "x", digits: int = 2, scale: float = 1.0, note: str = "") -> dict:
+    """One goal's verdict: judged on the median (or the single value) against ``target`` (``None``: a number
+    reported without a target). Printed as one line and returned for ``write_results(goals=...)``, from
+    which benchmarks/summary.py writes the README's performance table."""
+    median = value["median"] if isinstance(value, dict) else value
+    if target is None:
+        met, status = None, "report"
+    else:
+        if op not in (">=", "<="):
+            raise ValueError(f"goal {key}: op must be '>=' or '<=', not {op!r}")
+        met = median >= target if op == ">=" else median <= target
+        status = "MET" if met else f"MISSED by {100 * abs(median - target) / abs(target):.0f}%"
+    shown = fmt(value, digits=digits, scale=scale) if isinstance(value, dict) else f"{scale * value:.{digits}f}"
+    record = {"key": key, "what": what, "measured": value, "shown": f"{shown}{unit}",
+              "target": None if target is None else f"{op} {scale * target:g}{unit}", "met": met, "status": status,
+              "note": note}
+    target_text = "no target" if target is None else f"target {record['target']}"
+    print(f"- goal {key}: **{what}** = {record['shown']} ({target_text}: {status})"
+          + (f"; {note}" if note else ""), flush=True)
+    return record
+
+
+def goal_line(record: dict) -> str:
+    """A goal as a markdown bullet for a benchmark's own results file."""
+    target_text = "no target" if record["target"] is None else f"target {record['target']}"
+    return (f"- **{record['what']}** = {record['shown']} ({target_text}: {record['status']})"
+            + (f"; {record['note']}" if record["note"] else ""))
+
+
+def write_results(name: str, markdown: str, data: dict, goals: list[dict] | None = None) -> Path:
+    """results/bench/<name>.md and .json; the json keeps the goals' verdicts and when they were measured."""
+    import datetime
+
+    data = {**data, "goals": goals or [], "measured_at": datetime.datetime.now(datetime.UTC).strftime(
+        "%Y-%m-%d %H:%M UTC")}
+    data.setdefault("machine", machine())
+    if hasattr(os, "getloadavg"):
+        data["load_at_end"] = list(os.getloadavg())
     RESULTS.mkdir(parents=True, exist_ok=True)
     path = RESULTS / f"{name}.md"
     path.write_text(markdown)

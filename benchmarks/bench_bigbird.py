@@ -27,6 +27,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks._common import (  # noqa: E402
     RESULTS,
     fmt,
+    goal,
+    goal_line,
     interleaved,
     machine,
     memory_in_subprocess,
@@ -187,7 +189,14 @@ def main() -> None:
         print(skip, flush=True)
         lines += [skip, ""]
 
-    def goal(title, cases, pairs, length):
+    goals: list[dict] = []
+
+    def note(record):
+        goals.append(record)
+        lines.append(goal_line(record))
+
+    def timed(title, cases, pairs, length):
+        """Interleaved rounds of ``cases``; ``pairs``: (baseline, candidate, target or None, goal key)."""
         cases = [n for n in cases if has_hf or n != "hf"]
         pairs = [p for p in pairs if has_hf or "hf" not in p[:2]]
         print(f"== {title} (L={length})", flush=True)
@@ -202,16 +211,10 @@ def main() -> None:
         for n in cases:
             lines.append(f"| {n} | {fmt(res['times'][n], scale=1e3, digits=1)} |")
         lines.append("")
-        for base, cand, target in pairs:
+        for base, cand, target, key in pairs:
             r = ratios(t, base, cand)
             res["ratios"][f"{base}/{cand}"] = r
-            if target is None:  # the goal is on the efficiency, printed beside it
-                msg = f"- **{base} / {cand}** = {fmt(r, 'x')}"
-            else:
-                ok = "MET" if r["median"] >= target else "MISSED"
-                msg = f"- **{base} / {cand}** = {fmt(r, 'x')} (target >= {target}x, median: {ok})"
-            lines.append(msg)
-            print(msg, flush=True)
+            note(goal(key, f"{base} / {cand}, {title.split(': ', 1)[-1]}, L={length}", r, target))
         lines.append("")
         data[f"{title} L={length}"] = res
         return res
@@ -220,20 +223,18 @@ def main() -> None:
         r = res["ratios"][f"{base}/{cand}"]
         ideal = ideal_ratio(length, causal)
         eff = {k: v / ideal for k, v in r.items()}
-        ok = "MET" if eff["median"] >= target else f"MISSED by {100 * (1 - eff['median'] / target):.0f}%"
-        msg = (f"- **{base} / {cand} vs ideal {ideal:.2f}x** = {fmt(eff)} of ideal "
-               f"(target >= {target}: {ok})")
-        lines.append(msg)
+        note(goal("16.4", f"{base} / {cand} against the ideal ratio, L={length}", eff, target, unit=" of ideal",
+                  note=f"ideal {ideal:.2f}x, measured {fmt(r, 'x')}"))
         lines.append("")
-        print(msg, flush=True)
         data.setdefault("efficiency", {})[f"{base}/{cand} L={length}"] = {"ideal": ideal, "efficiency": eff}
 
     # Goal 1 (issue 7) and 4 (issue 16): training step of the attention core, per-head plans
-    res = goal("Goal 1/4: fwd+bwd, bidirectional", ["dense", "hf", "blocked"],
-               [("dense", "blocked", 5.0), ("hf", "blocked", 2.5)], L0)
+    res = timed("Goal 1/4: fwd+bwd, bidirectional", ["dense", "hf", "blocked"],
+                [("dense", "blocked", 5.0, "7.1"), ("hf", "blocked", 2.5, "7.1")], L0)
     efficiency(res, "dense", "blocked", L0, False, 0.8)
     if not a.quick:
-        res = goal("Goal 4: fwd+bwd, bidirectional", ["dense", "blocked"], [("dense", "blocked", None)], 4 * L0)
+        res = timed("Goal 4: fwd+bwd, bidirectional", ["dense", "blocked"], [("dense", "blocked", None, "16.4")],
+                    4 * L0)
         efficiency(res, "dense", "blocked", 4 * L0, False, 0.8)
     mem = {n: memory(n, L0) if has_hf or n != "hf" else None for n in ("hf", "blocked", "dense")}
     mem_16k = memory("blocked", 4 * L0)
@@ -241,17 +242,11 @@ def main() -> None:
         f"{n} {m / 2**20:.0f}" if m is not None else f"{n} n/a" for n, m in mem.items()))
     lines.append("")
     if mem["hf"] and mem["blocked"]:
-        frac = mem["blocked"] / mem["hf"]
-        ok = "MET" if frac <= 0.25 else "MISSED"
-        msg = f"- **blocked / hf peak extra memory** = {frac:.3f} (target <= 0.25: {ok})"
-        lines.append(msg)
-        print(msg, flush=True)
+        note(goal("7.1", "blocked / hf peak extra memory, L=4096", mem["blocked"] / mem["hf"], 0.25, "<=", unit="",
+                  digits=3, note=f"{mem['blocked'] / 2**20:.0f} vs {mem['hf'] / 2**20:.0f} MiB"))
     if mem_16k and mem["blocked"]:
-        growth = mem_16k / mem["blocked"]
-        msg = (f"- **blocked memory L=16384 / L=4096** = {growth:.2f} ({mem_16k / 2**20:.0f} MiB; target <= 4.5: "
-               f"{'MET' if growth <= 4.5 else 'MISSED'})")
-        lines.append(msg)
-        print(msg, flush=True)
+        note(goal("16.4", "blocked peak extra memory, L=16384 / L=4096", mem_16k / mem["blocked"], 4.5, "<=",
+                  note=f"{mem_16k / 2**20:.0f} vs {mem['blocked'] / 2**20:.0f} MiB"))
     # Goal 4b (issue 16): peak extra memory of fwd+bwd against fused dense SDPA at the same length
     mem_4b = {}
     for length in (L0,) if a.quick else (L0, 4 * L0):
@@ -260,12 +255,9 @@ def main() -> None:
             pair = {n: (mem.get(n) if length == L0 and not causal else None) or memory(n + suffix, length)
                     for n in ("blocked", "dense")}
             if pair["blocked"] and pair["dense"]:
-                frac = pair["blocked"] / pair["dense"]
-                msg = (f"- **blocked{suffix} / dense{suffix} peak extra memory, L={length}** = {frac:.2f} "
-                       f"({pair['blocked'] / 2**20:.0f} vs {pair['dense'] / 2**20:.0f} MiB; target <= 2: "
-                       f"{'MET' if frac <= 2 else 'MISSED'})")
-                lines.append(msg)
-                print(msg, flush=True)
+                note(goal("16.4b", f"blocked{suffix} / dense{suffix} SDPA peak extra memory, L={length}",
+                          pair["blocked"] / pair["dense"], 2.0, "<=",
+                          note=f"{pair['blocked'] / 2**20:.0f} vs {pair['dense'] / 2**20:.0f} MiB"))
             mem_4b[f"{length}{suffix}"] = pair
     lines.append("")
     data["memory_goal1"] = {"L4096": mem, "blocked_L16384": mem_16k}
@@ -273,24 +265,25 @@ def main() -> None:
 
     # Goal 2: forward vs compiled flex (compilation happens in the warm-up round, outside the timing)
     for length in (4096, 8192):
-        goal("Goal 2: forward vs compiled flex_attention", ["flex_fwd", "blocked_fwd"],
-             [("flex_fwd", "blocked_fwd", 0.9)], length)
+        timed("Goal 2: forward vs compiled flex_attention", ["flex_fwd", "blocked_fwd"],
+              [("flex_fwd", "blocked_fwd", 0.9, "7.2")], length)
 
     # Goal 3: causal, and whole layers
-    res = goal("Goal 3/4: fwd+bwd, causal", ["dense_causal", "blocked_causal"],
-               [("dense_causal", "blocked_causal", 5.0)], L0)
+    res = timed("Goal 3/4: fwd+bwd, causal", ["dense_causal", "blocked_causal"],
+                [("dense_causal", "blocked_causal", 5.0, "7.3")], L0)
     efficiency(res, "dense_causal", "blocked_causal", L0, True, 0.7)
     if not a.quick:
-        res = goal("Goal 4: fwd+bwd, causal", ["dense_causal", "blocked_causal"],
-                   [("dense_causal", "blocked_causal", None)], 4 * L0)
+        res = timed("Goal 4: fwd+bwd, causal", ["dense_causal", "blocked_causal"],
+                    [("dense_causal", "blocked_causal", None, "16.4")], 4 * L0)
         efficiency(res, "dense_causal", "blocked_causal", 4 * L0, True, 0.7)
     mem_c = {n: memory(n, L0) for n in ("dense_causal", "blocked_causal")}
     lines.append("Memory at L=4096 (MiB): " + ", ".join(
         f"{n} {m / 2**20:.0f}" if m is not None else f"{n} n/a" for n, m in mem_c.items()))
     lines.append("")
-    goal("Goal 3: whole attention layers (projections included), fwd+bwd",
-         ["layer_vanilla", "layer_bigbird", "layer_vanilla_causal", "layer_bigbird_causal"],
-         [("layer_vanilla", "layer_bigbird", 5.0), ("layer_vanilla_causal", "layer_bigbird_causal", 5.0)], L0)
+    timed("Goal 3: whole attention layers (projections included), fwd+bwd",
+          ["layer_vanilla", "layer_bigbird", "layer_vanilla_causal", "layer_bigbird_causal"],
+          [("layer_vanilla", "layer_bigbird", None, "7.3"), ("layer_vanilla_causal", "layer_bigbird_causal", None,
+                                                             "7.3")], L0)
 
     # Sweep: time and memory vs L for every variant
     lengths = [1024, 4096] if a.quick else [1024, 2048, 4096, 8192, 16384]
@@ -322,7 +315,7 @@ def main() -> None:
     lines += ["", "![time and memory vs L](bigbird.png)", ""]
     data["sweep"] = series
     plot_vs_length(RESULTS / "bigbird.png", "BigBird attention core fwd+bwd (B=1, H=8, Dh=64, fp32, CPU)", series)
-    path = write_results("bigbird", "\n".join(lines) + "\n", data)
+    path = write_results("bigbird", "\n".join(lines) + "\n", data, goals)
     print(f"wrote {path}")
 
 

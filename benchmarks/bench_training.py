@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from benchmarks._common import fmt, machine, stats, write_results  # noqa: E402
+from benchmarks._common import fmt, goal, machine, stats, write_results  # noqa: E402
 
 LM_OVERRIDES = ["experiment=demo/copy", "model.d_model=256", "model.d_ff=1024", "model.num_heads=4",
                 "trainer.enable_progress_bar=false", "trainer.val_check_interval=100000"]
@@ -146,6 +146,7 @@ def main() -> None:
              f"{steps} steps per loop, the first {warm} dropped, {rounds} rounds; step times in ms as "
              "min/median/max.", ""]
     data: dict = {"machine": machine()}
+    goals: list[dict] = []
 
     # Goal 4: Lightning vs plain loop, fp32 and bf16-mixed, interleaved loop by loop
     lines += ["## attnlab (Lightning) step vs plain PyTorch loop (issue 16 goal 5, issue 7 goal 4)", "",
@@ -166,11 +167,12 @@ def main() -> None:
             plain_all += plain[warm:]
             light_all += light[warm:]
         over = stats(per_round)
-        ok = "MET" if over["median"] <= target else "MISSED"
+        record = goal("16.5", f"Lightning step / plain loop - 1, {precision}, median of per-round ratios", over,
+                      target, "<=", unit="%", digits=1, scale=100)
+        goals.append(record)
         lines.append(f"| {precision} | {fmt(stats(plain_all), scale=1e3, digits=1)} | "
                      f"{fmt(stats(light_all), scale=1e3, digits=1)} | {fmt(over, scale=100, digits=1)}% | "
-                     f"<= {100 * target:.0f}%: {ok} |")
-        print(f"framework overhead {precision}: {fmt(over, scale=100, digits=1)}% per round ({ok})", flush=True)
+                     f"{record['target']}: {record['status']} |")
         data[f"goal4_{precision}"] = {"plain": stats(plain_all), "lightning": stats(light_all), "overhead": over}
     lines.append("")
 
@@ -203,6 +205,14 @@ def main() -> None:
     l32, l16 = res["32"]["losses"], res["bf16-mixed"]["losses"]
     gap = max(abs(x - y) for x, y in zip(l32, l16))
 
+    model_name = "transformer_tiny (smoke)" if a.quick else "transformer_base"
+    goals += [goal("16.6", f"MFU fp32, {model_name}, vs the measured fp32 matmul peak", mfu32, 0.35, unit="%",
+                   digits=1, scale=100, note=f"peak {peak32 / 1e9:.1f} GFLOP/s"),
+              goal("16.6", f"MFU bf16-mixed, {model_name}, vs the measured bf16 matmul peak", mfu16, 0.25,
+                   unit="%", digits=1, scale=100, note=f"peak {peak16 / 1e9:.1f} GFLOP/s"),
+              goal("7.5", f"bf16-mixed / fp32 tokens per second, {model_name}", speed, 1.6,
+                   note=f"{res['bf16-mixed']['tokens_per_s']:.0f} vs {res['32']['tokens_per_s']:.0f} tokens/s")]
+
     def verdict(value, target):
         return "MET" if value >= target else f"MISSED by {100 * (target - value):.1f} points"
 
@@ -226,7 +236,7 @@ def main() -> None:
     print("\n".join(lines[-14:]), flush=True)
     data["mfu"] = {"peak_fp32": peak32, "peak_bf16": peak16, "mfu_fp32": mfu32, "mfu_bf16": mfu16,
                    "bf16_speedup": speed, "top_ops": profiles, **res}
-    path = write_results("training", "\n".join(lines) + "\n", data)
+    path = write_results("training", "\n".join(lines) + "\n", data, goals)
     print(f"wrote {path}")
 
 

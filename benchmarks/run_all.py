@@ -1,5 +1,6 @@
-"""``make bench``: every issue-7 benchmark in turn; each prints its goals' ratios (min/median/max) and
-writes results/bench/<name>.md (+ .json, .png). Pass --quick for a smoke run."""
+"""``make bench``: every benchmark in turn; each prints its goals' ratios (min/median/max) and writes
+results/bench/<name>.md (+ .json, .png); then benchmarks/summary.py writes the README's benchmark table from
+them. Pass --quick for a smoke run (results/bench/quick/, README untouched)."""
 
 from __future__ import annotations
 
@@ -25,6 +26,8 @@ def main() -> int:
         extra = [a for a in args if a == "--quick"]
         if subprocess.run([sys.executable, str(HERE / script), *extra], cwd=HERE.parent).returncode:
             failed.append(script)
+    if "--quick" not in args:  # a smoke run writes under results/bench/quick/, never into the README
+        subprocess.run([sys.executable, str(HERE / "summary.py")], cwd=HERE.parent, check=True)
     if failed:
         print(f"failed: {', '.join(failed)}", file=sys.stderr)
     return 1 if failed else 0

@@ -128,3 +128,53 @@ def test_make_bench_quick_smoke_runs_every_script(tmp_path):
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     if importlib.util.find_spec("transformers") is None:
         assert "skipping the Hugging Face BigBird baseline" in out.stdout
+
+
+def test_goal_verdicts_judge_the_median_in_the_stated_direction():
+    sys.path.insert(0, str(REPO))
+    from benchmarks._common import goal
+
+    spread = {"min": 1.0, "median": 2.0, "max": 9.0}  # a max above the target must not make it met
+    assert goal("t", "higher is better", spread, 2.5)["status"] == "MISSED by 20%"
+    assert goal("t", "higher is better", spread, 2.0)["met"] is True
+    lower = goal("t", "lower is better", spread, 2.5, "<=")
+    assert lower["met"] is True and lower["target"] == "<= 2.5x"
+    pct = goal("t", "overhead", 0.054, 0.05, "<=", unit="%", digits=1, scale=100)
+    assert (pct["shown"], pct["target"], pct["met"]) == ("5.4%", "<= 5%", False)
+    assert goal("t", "reported", 3.0)["status"] == "report"
+    with pytest.raises(ValueError, match="op must be"):
+        goal("t", "bad", 1.0, 1.0, ">")
+
+
+def test_readme_benchmark_block_is_written_from_the_recorded_goals(tmp_path, monkeypatch):
+    """A benchmark's json with goals gives one README row per goal and its machine line; a json from before
+    goals were recorded, or none at all, is named with the command that measures it - never left out."""
+    import json
+
+    sys.path.insert(0, str(REPO))
+    import benchmarks._common as common
+    from benchmarks import summary
+
+    monkeypatch.setattr(common, "RESULTS", tmp_path)
+    monkeypatch.setattr(common, "machine", lambda: "test machine, load average at start 0.5")
+    g = common.goal("16.3", "beam 4 / greedy", {"min": 3.0, "median": 3.1, "max": 3.2}, 2.5, "<=")
+    common.write_results("decoding", "# x\n", {}, [g])
+    (tmp_path / "training.json").write_text(json.dumps({"machine": "old", "mfu": {}}))
+    block = summary.render(tmp_path)
+    assert "| `decoding` | 16.3 | beam 4 / greedy | 3.00/3.10/3.20x | <= 2.5x | MISSED by 24% |" in block
+    assert "1 goals measured: 0 met, 1 missed" in block
+    assert "- `decoding`: " in block and "test machine, load average at start 0.5" in block
+    assert "`results/bench/training.json` was written before" in block and "bench_training.py" in block
+    assert "`sweep`: not measured yet: run `python benchmarks/bench_sweep.py`" in block
+    readme = "intro\n" + summary.START + "\nstale\n" + summary.END + "\noutro\n"
+    assert summary.replace_block(readme, block) == "intro\n" + block + "\noutro\n"
+    with pytest.raises(SystemExit, match="no <!-- attnlab-bench -->"):
+        summary.replace_block("no markers", block)
+
+
+def test_committed_readme_benchmark_block_matches_results_bench():
+    sys.path.insert(0, str(REPO))
+    from benchmarks import summary
+
+    text = summary.README.read_text()
+    assert summary.replace_block(text, summary.render()) == text, "run `python benchmarks/summary.py`"
