@@ -127,6 +127,13 @@ def goal(key: str, what: str, value: dict[str, float] | float, target: float | N
     return record
 
 
+def unmeasured_goal(key: str, what: str, target: str, why: str) -> dict:
+    """A goal this run could not measure, kept (and printed) so that the README says so instead of dropping it."""
+    print(f"- goal {key}: **{what}** not measured: {why}", flush=True)
+    return {"key": key, "what": what, "measured": None, "shown": "-", "target": target, "met": None,
+            "status": f"not measured: {why}", "note": ""}
+
+
 def goal_line(record: dict) -> str:
     """A goal as a markdown bullet for a benchmark's own results file."""
     target_text = "no target" if record["target"] is None else f"target {record['target']}"
