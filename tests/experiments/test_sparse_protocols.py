@@ -8,6 +8,7 @@ Composes the presets as the CLI does (the cached compositions of test_rules.py);
 from __future__ import annotations
 
 import statistics
+from pathlib import Path
 
 import pytest
 from omegaconf import OmegaConf
@@ -51,6 +52,29 @@ def test_listops_cpu_protocol_lengths_and_test_size():
     assert min(lengths) >= 256 and max(lengths) <= 512
     quartiles = statistics.quantiles(lengths, n=4)
     assert 280 < quartiles[0] < quartiles[1] < quartiles[2] < 490, quartiles
+
+
+def test_listops_claims_require_accuracy_clearly_above_the_label_prior():
+    """The LRA spec's claims need the Transformer above the share of the most frequent test label (a model
+    that learned nothing but the prior would make every 'within 2 points' claim hold vacuously). The
+    threshold must sit several binomial standard errors above that share, computed from the generated test
+    split as the loader makes it."""
+    import collections
+
+    from attnlab.results.spec import load_spec
+    from attnlab.tasks.listops import load_listops
+
+    cfg = _config("lra/table1/transformer_listops", "cpu")
+    task = {**OmegaConf.to_container(cfg.task, resolve=True), "train_size": 1, "val_size": 1}  # test split only
+    test = load_listops(task, seed=1).datasets["test"].examples
+    prior = max(collections.Counter(label for _, label in test).values()) / len(test)
+    se = (prior * (1 - prior) / len(test)) ** 0.5
+    spec = load_spec("lra/table1_listops", Path(__file__).resolve().parents[2] / "experiments")
+    for claim in spec.claims:
+        floors = [r.at_least for r in claim.requires if r.field == "metrics.final.test/acc"]
+        assert floors, f"{claim.claim}: no accuracy floor"
+        assert all(f >= prior + 4 * se for f in floors), (claim.claim, prior, floors)
+        assert all(f <= 0.3 for f in floors)  # far below the paper's ~36%: a floor, not the result
 
 
 def test_bigbird_attends_at_most_half_the_keys_at_every_listops_cpu_length():
