@@ -130,3 +130,30 @@ def test_a_bigbird_run_records_its_attended_fraction_and_step_time(tmp_path):
     assert 0.0 < coverage["attended_fraction_min"] <= coverage["attended_fraction_mean"] \
         <= coverage["attended_fraction_max"] < 1.0
     assert record["cost"]["step_s"] > 0
+
+
+def test_bigbird_table1_within_claim_requires_accuracy_above_the_token_prior():
+    """BigBird Table 1's 'R + W within 2 points of full attention' needs full attention above the share of the
+    most frequent masked target in the test split (two rows that learned only the prior would agree
+    vacuously). The share is computed from the split the loader builds, with the evaluation mask."""
+    import collections
+
+    from attnlab.results.spec import load_spec
+    from attnlab.tasks.masked_lm import load_masked_lm
+    from tests.conftest import require_shared_data
+
+    root = require_shared_data("wikitext2/wiki.test.tokens")
+    cfg = _config("bigbird/table1/full", "cpu")
+    task = {**OmegaConf.to_container(cfg.task, resolve=True), "data_root": str(root)}
+    counts, scored = collections.Counter(), 0
+    for block in load_masked_lm(task, seed=1).datasets["test"]:
+        targets = block["target"][block["scored"]].tolist()
+        counts.update(targets)
+        scored += len(targets)
+    prior = max(counts.values()) / scored
+    spec = load_spec("bigbird/table1_building_blocks", Path(__file__).resolve().parents[2] / "experiments")
+    within = [c for c in spec.claims if c.test == "within"]
+    assert within
+    for claim in within:
+        floors = [r.at_least for r in claim.requires if r.field == "metrics.final.test/mlm_acc"]
+        assert floors and all(f >= prior + 0.02 for f in floors), (claim.claim, prior, floors)
