@@ -121,21 +121,20 @@ def goal(key: str, what: str, value: dict[str, float] | float, target: float | N
     record = {"key": key, "what": what, "measured": value, "shown": f"{shown}{unit}",
               "target": None if target is None else f"{op} {scale * target:g}{unit}", "met": met, "status": status,
               "note": note}
-    target_text = "no target" if target is None else f"target {record['target']}"
-    print(f"- goal {key}: **{what}** = {record['shown']} ({target_text}: {status})"
-          + (f"; {note}" if note else ""), flush=True)
+    print(f"- goal {record['key']}: {goal_line(record).removeprefix('- ')}", flush=True)
     return record
 
 
 def unmeasured_goal(key: str, what: str, target: str, why: str) -> dict:
     """A goal this run could not measure, kept (and printed) so that the README says so instead of dropping it."""
-    print(f"- goal {key}: **{what}** not measured: {why}", flush=True)
-    return {"key": key, "what": what, "measured": None, "shown": "-", "target": target, "met": None,
-            "status": f"not measured: {why}", "note": ""}
+    record = {"key": key, "what": what, "measured": None, "shown": "-", "target": target, "met": None,
+              "status": f"not measured: {why}", "note": ""}
+    print(f"- goal {record['key']}: {goal_line(record).removeprefix('- ')}", flush=True)
+    return record
 
 
 def goal_line(record: dict) -> str:
-    """A goal as a markdown bullet for a benchmark's own results file."""
+    """A goal as a markdown bullet (a benchmark's own results file, and what it prints)."""
     target_text = "no target" if record["target"] is None else f"target {record['target']}"
     return (f"- **{record['what']}** = {record['shown']} ({target_text}: {record['status']})"
             + (f"; {record['note']}" if record["note"] else ""))

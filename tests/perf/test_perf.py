@@ -162,7 +162,7 @@ def test_readme_benchmark_block_is_written_from_the_recorded_goals(tmp_path, mon
     (tmp_path / "training.json").write_text(json.dumps({"machine": "old", "mfu": {}}))
     block = summary.render(tmp_path)
     assert "| `decoding` | 16.3 | beam 4 / greedy | 3.00/3.10/3.20x | <= 2.5x | MISSED by 24% |" in block
-    assert "1 goals measured: 0 met, 1 missed" in block
+    assert "1 goals: 0 met, 1 missed" in block
     assert "- `decoding`: " in block and "test machine, load average at start 0.5" in block
     assert "`results/bench/training.json` was written before" in block and "bench_training.py" in block
     assert "`sweep`: not measured yet: run `python benchmarks/bench_sweep.py`" in block
