@@ -20,7 +20,7 @@ export ATTNLAB_DATA_ROOT ?= $(abspath ../shared/data)
 endif
 
 .DEFAULT_GOAL := help
-.PHONY: help install demo test test-slow test-gpu test-all lint format golden bench tables check-tables publish-runs clean
+.PHONY: help install demo test test-slow test-gpu test-all lint format golden bench tables check-tables publish-runs rerun clean
 
 help: ## List every target with a one-line description
 	@awk -v color=$$([ -t 1 ] && echo 1) 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_%-]+:.*## / {name[++n] = $$1; \
@@ -49,8 +49,8 @@ demo: $(STAMP) ## Train a vanilla Transformer on the copy task (CPU, a few minut
 	@echo "CSV metrics:       $(DEMO_DIR)/csv/metrics.csv"
 	@echo "wandb offline run: $$(ls -d $(DEMO_DIR)/wandb/offline-run-* 2>/dev/null | head -n1)  (upload: wandb sync <that folder>)"
 
-test: $(STAMP) ## Run the default test tier (fast, offline; what CI runs)
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+test: $(STAMP) ## Run the default test tier (fast, offline; what CI runs); prints the 15 slowest tests
+	$(BIN)/python -m pytest --durations=15 $(PYTEST_ARGS)
 
 test-slow: $(STAMP) ## Run the slow tier: real training runs, DDP on CPU, notebooks
 	$(BIN)/python -m pytest -m slow $(PYTEST_ARGS)
@@ -83,6 +83,10 @@ check-tables: $(STAMP) ## Fail unless every committed table, results/CLAIMS.md a
 
 publish-runs: $(STAMP) ## Copy the records of finished preset runs (RUNS=runs) into results/runs for committing
 	$(BIN)/python -m attnlab.results.publish $(RUNS) $(PUBLISHED)
+
+rerun: $(STAMP) ## Rerun one published run (RECORD=results/runs/<experiment>/s<seed>-<hash>) with its recorded command; compare with its cell's spread
+	@test -n "$(RECORD)" || { echo "error: give the record to rerun, e.g. make rerun RECORD=results/runs/ut/table4/transformer_copy/s1-<hash>" >&2; exit 2; }
+	$(BIN)/python -m attnlab.results.rerun $(RECORD) --published $(PUBLISHED)
 
 clean: ## Remove the virtual environment and caches (runs/ and results/ stay)
 	rm -rf $(VENV) .pytest_cache .ruff_cache
