@@ -43,8 +43,9 @@ def hydra_main(cfg: DictConfig) -> None:
     from hydra.core.hydra_config import HydraConfig
 
     from attnlab.training.checkpointing import Preempted
-    from attnlab.training.run import close_wandb, run
+    from attnlab.training.run import run
     from attnlab.training.storage import RunFolderBusy, RunFolderLock
+    from attnlab.training.wandb_run import close_wandb
 
     quiet_lightning()
     hc = HydraConfig.get()
