@@ -92,19 +92,25 @@ def test_unknown_length_penalty_is_one_clear_line():
         beam_search(_model(), torch.randint(3, 12, (1, 4)), bos_id=1, eos_id=2, max_len=5, length_penalty="wu")
 
 
-def _brute_force_best(model, src, *, vocab: int, max_len: int, eos: int, penalty) -> list[int]:
-    """Every hypothesis that ends in EOS within max_len, scored log p / penalty(length incl. EOS)."""
+def _every_hypothesis_logprob(model, src, *, vocab: int, max_len: int, eos: int) -> dict[tuple[int, ...], float]:
+    """log p of every hypothesis that ends in EOS within max_len (one batched teacher-forced pass per length)."""
     import itertools
 
-    best, best_score = None, float("-inf")
     others = [t for t in range(vocab) if t != eos]
-    for n in range(max_len):
-        for prefix in itertools.product(others, repeat=n):
-            hyp = [*prefix, eos]
-            score = _sequence_logprob(model, src, hyp) / penalty(float(len(hyp)))
-            if score > best_score:
-                best, best_score = hyp, score
-    return best
+    scores = {}
+    with torch.no_grad():
+        for n in range(max_len):
+            hyps = [[*prefix, eos] for prefix in itertools.product(others, repeat=n)]
+            tgt_in = torch.tensor([[1, *h[:-1]] for h in hyps])  # BOS = 1
+            logp = model(src.expand(len(hyps), -1), tgt_in)[0].log_softmax(-1)
+            picked = logp.gather(-1, torch.tensor(hyps).unsqueeze(-1)).squeeze(-1).sum(-1)
+            scores.update({tuple(h): float(v) for h, v in zip(hyps, picked, strict=True)})
+    return scores
+
+
+def _brute_force_best(logprobs: dict[tuple[int, ...], float], penalty) -> list[int]:
+    """The hypothesis with the best log p / penalty(length incl. EOS), over every hypothesis."""
+    return list(max(logprobs, key=lambda h: logprobs[h] / penalty(float(len(h)))))
 
 
 def test_beam_search_with_fairseq_penalty_returns_the_brute_force_best():
@@ -120,10 +126,10 @@ def test_beam_search_with_fairseq_penalty_returns_the_brute_force_best():
         beam = beam_search(model, src, bos_id=1, eos_id=2, max_len=max_len, beam_size=64, alpha=alpha,
                            length_penalty="fairseq")[0].tolist()
         beam = beam[: beam.index(2) + 1]
-        fairseq = _brute_force_best(model, src, vocab=vocab, max_len=max_len, eos=2,
-                                    penalty=lambda n: fairseq_length_penalty(n, alpha))
-        gnmt = _brute_force_best(model, src, vocab=vocab, max_len=max_len, eos=2,
-                                 penalty=lambda n: gnmt_length_penalty(n, alpha))
+        logprobs = _every_hypothesis_logprob(model, src, vocab=vocab, max_len=max_len, eos=2)
+        assert len(logprobs) == 1 + 4 + 16 + 64  # every length 1-4 ending in EOS
+        fairseq = _brute_force_best(logprobs, lambda n: fairseq_length_penalty(n, alpha))
+        gnmt = _brute_force_best(logprobs, lambda n: gnmt_length_penalty(n, alpha))
         assert beam == fairseq, (i, beam, fairseq)
         gnmt_beam = beam_search(model, src, bos_id=1, eos_id=2, max_len=max_len, beam_size=64, alpha=alpha)[0].tolist()
         assert gnmt_beam[: gnmt_beam.index(2) + 1] == gnmt  # the default stays GNMT
