@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from attnlab.results.configs import differing_keys, seedless_config
-from attnlab.results.loading import Loaded
+from attnlab.results.loading import Loaded, load_records
 from attnlab.results.lookup import PUBLISHED_ENV, SKIP_ENV
 from attnlab.results.record import RECORD_FILENAME, RecordError, find_records, load_json, validate_record
 from attnlab.results.stats import Stat, summarize
@@ -123,21 +123,16 @@ def cell_records(record_path: Path, data: Mapping[str, Any], published: Path) ->
     """The completed published records of the record's cell: same experiment, same config apart from the seed,
     one per seed (the newest), the record itself included."""
     mine = seedless_config(record_path, data)
+    loaded, _corrupt = load_records([published], skip_corrupt=True) if published.is_dir() else ([], [])
     by_seed: dict[Any, Loaded] = {}
-    for path in find_records([published]) if published.is_dir() else []:
-        try:
-            other = load_json(path)
-        except RecordError:
+    for other in loaded:
+        if other.data.get("status") != "completed" or other.data.get("experiment") != data.get("experiment"):
             continue
-        if not isinstance(other, dict) or other.get("status") != "completed" or validate_record(other):
+        if differing_keys(mine, other.config):
             continue
-        if other.get("experiment") != data.get("experiment"):
-            continue
-        if differing_keys(mine, seedless_config(path, other)):
-            continue
-        seed = other.get("seed")
-        if seed not in by_seed or str(other.get("created")) > str(by_seed[seed].data.get("created")):
-            by_seed[seed] = Loaded(path, other)
+        seed = other.data.get("seed")
+        if seed not in by_seed or str(other.data.get("created")) > str(by_seed[seed].data.get("created")):
+            by_seed[seed] = other
     if data.get("seed") not in by_seed:
         by_seed[data.get("seed")] = Loaded(record_path, dict(data))
     return [by_seed[s] for s in sorted(by_seed, key=str)]
