@@ -403,13 +403,18 @@ def progress_bar_wanted(asked: bool) -> bool:
 
 
 # -- provenance ----------------------------------------------------------------------------------------
-def git_state() -> dict[str, Any]:
-    """Commit and dirty flag of the source tree attnlab runs from (None outside a git checkout)."""
-    src = Path(attnlab.__file__).resolve().parent
+def git_state(source: Path | None = None) -> dict[str, Any]:
+    """Commit and dirty flag of the source tree attnlab runs from (None outside a git checkout).
+
+    ``dirty`` ignores ``results/``: the reproduce targets regenerate the committed tables there after each sweep,
+    so a clean worktree that has already run one table would otherwise mark every later record dirty although
+    nothing that decides what runs (code, configs, Makefile) has changed."""
+    src = (source or Path(attnlab.__file__)).resolve().parent
     try:
         commit = subprocess.run(["git", "-C", str(src), "rev-parse", "HEAD"], capture_output=True, text=True,
                                 timeout=10, check=True).stdout.strip()
-        dirty = bool(subprocess.run(["git", "-C", str(src), "status", "--porcelain", "--untracked-files=no"],
+        dirty = bool(subprocess.run(["git", "-C", str(src), "status", "--porcelain", "--untracked-files=no", "--",
+                                     ":(top)", ":(top,exclude)results"],
                                     capture_output=True, text=True, timeout=10).stdout.strip())
         return {"commit": commit, "dirty": dirty}
     except (OSError, subprocess.SubprocessError):
