@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 
 from attnlab.results.record import read_record, validate_record
 from attnlab.training.run import build_datamodule, build_module, derive_batching, run
@@ -58,6 +59,11 @@ def test_results_json_schema_and_content(tmp_path):
     assert record["metrics"]["final"]["test/seq_acc"] is not None
     assert "val/loss" in record["metrics"]["best"]
     assert record["cost"]["steps"] == 4
+    # this run's CPU time, not the process's since start-up (a launcher worker runs several jobs): a tiny run
+    # costs a few CPU seconds per thread of wall time at most, and the threads it ran on are named
+    cost = record["cost"]
+    assert 0 < cost["cpu_s"] <= cost["wall_s"] * torch.get_num_threads() + 1
+    assert cost["torch_threads"] == torch.get_num_threads()
     assert record["cost"]["tokens_per_s"] is None or record["cost"]["tokens_per_s"] > 0
     metrics_csv = (tmp_path / "csv" / "metrics.csv").read_text()
     assert "train/loss" in metrics_csv and "val/loss" in metrics_csv

@@ -183,6 +183,32 @@ def test_listing_leaves_out_published_runs_and_uses_their_measured_wall_time(wor
     assert published_runs([spec], workspace / "nowhere", workspace / "experiments") == {}
 
 
+def test_listing_times_single_threaded_runs_by_their_cpu_time(workspace, put_record):
+    """A run measured beside other jobs has an inflated wall time (Synthesizer En-De: 1249 s beside three
+    processes, ~630 s alone); at one torch thread its CPU time is what it costs alone, so that is what the
+    estimate uses. A multi-threaded run's CPU time overstates its wall time, and old records have none: wall."""
+    spec_path = workspace / "experiments" / "toy" / "t1.yaml"
+    spec_path.write_text(yaml.safe_dump({**SPEC, "laptop": {"protocol": "p", "per_run_s": 300, "runs": 9}}))
+    spec = load_spec("toy/t1", workspace / "experiments")
+    put_record("contended", experiment="demo/copy", seed=1,
+               **{"cost.wall_s": 1249.0, "cost.cpu_s": 630.0, "cost.torch_threads": 1})  # fmt: skip
+    put_record("alone", experiment="demo/copy", seed=2,
+               **{"cost.wall_s": 650.0, "cost.cpu_s": 640.0, "cost.torch_threads": 1})  # fmt: skip
+    published = published_runs([spec], workspace / "runs", workspace / "experiments")
+    # 9 runs, 2 done: 7 x median(630, 640) = 4445 s = ~74 min, not 7 x median(1249, 650) = ~110 min
+    assert estimate(Target("t", [], [spec]), [1, 2, 3], 1, published) == (
+        "~74 min (toy/t1: 7 of 9 runs to train x 635 s measured, CPU time)"
+    )
+    put_record("two_threads", experiment="demo/copy", seed=3,
+               **{"cost.wall_s": 400.0, "cost.cpu_s": 780.0, "cost.torch_threads": 2})  # fmt: skip
+    put_record("old", experiment="demo/copy", seed=4, **{"cost.wall_s": 500.0})
+    published = published_runs([spec], workspace / "runs", workspace / "experiments")
+    # per run: 630, 640 (CPU), 400 (2 threads: wall), 500 (no CPU time: wall) -> median 565
+    assert estimate(Target("t", [], [spec]), [1, 2, 3], 1, published) == (
+        "~56 min (toy/t1: 6 of 9 runs to train x 565 s measured, CPU time for 2 of 4)"
+    )
+
+
 @pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
 def test_make_reproduce_table_n_names_the_matching_targets():
     out = subprocess.run(["make", "-s", "reproduce-table4", "STAMP="], cwd=REPO, capture_output=True, text=True,

@@ -42,6 +42,10 @@ class Published:
 
     done: set[tuple[str, int]] = field(default_factory=set)
     wall_s: list[float] = field(default_factory=list)  # one per completed run, as the sweep measured it
+    # one per completed run: its CPU seconds where it ran on one torch thread (what it costs alone, however loaded
+    # the machine was), else its wall seconds; records older than the cpu_s field give their wall seconds
+    alone_s: list[float] = field(default_factory=list)
+    from_cpu_time: int = 0  # how many of alone_s are CPU times
 
 
 @dataclass
@@ -69,9 +73,15 @@ def published_runs(specs: list[TableSpec], published_dir: Path, experiments_dir:
         for row in built.rows:
             for rec in row.used:
                 pub.done.add((row.spec.label, int(rec.data.get("seed", -1))))
-                wall = (rec.data.get("cost") or {}).get("wall_s")
+                cost = rec.data.get("cost") or {}
+                wall, cpu = cost.get("wall_s"), cost.get("cpu_s")
                 if wall:
                     pub.wall_s.append(float(wall))
+                if cpu and cost.get("torch_threads") == 1:
+                    pub.alone_s.append(float(cpu))
+                    pub.from_cpu_time += 1
+                elif wall:
+                    pub.alone_s.append(float(wall))
         found[spec.name] = pub
     return found
 
@@ -119,8 +129,11 @@ def estimate(
         done = sum((row.label, s) in pub.done for row in spec.rows for s in seed_list)
         todo = runs - done
         lap = spec.laptop
-        if pub.wall_s:
-            per_run, how = statistics.median(pub.wall_s), "measured"
+        if pub.alone_s:
+            per_run = statistics.median(pub.alone_s)
+            how = "measured" if not pub.from_cpu_time else (
+                "measured, CPU time" if pub.from_cpu_time == len(pub.alone_s)
+                else f"measured, CPU time for {pub.from_cpu_time} of {len(pub.alone_s)}")
         elif lap is not None and lap.per_run_s is not None:
             per_run, how = lap.per_run_s, ""
         elif lap is not None and lap.protocol.startswith("None"):  # by design: no laptop version of this spec

@@ -17,7 +17,7 @@ import sys
 import time
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import lightning as L
 import torch
@@ -402,6 +402,14 @@ def progress_bar_wanted(asked: bool) -> bool:
     return bool(asked) and sys.stdout.isatty()
 
 
+class RunClock(NamedTuple):
+    """When a run started: wall time (``time.time``) and this process's CPU time (``time.process_time``; a
+    launcher worker runs several jobs, so the CPU clock is read per run, not since the process started)."""
+
+    wall: float
+    cpu: float
+
+
 # -- provenance ----------------------------------------------------------------------------------------
 def git_state(source: Path | None = None) -> dict[str, Any]:
     """Commit and dirty flag of the source tree attnlab runs from (None outside a git checkout).
@@ -467,7 +475,7 @@ def run(cfg: DictConfig, *, run_dir: str | os.PathLike | None = None, command: s
     raises ``Preempted`` after saving when a stop signal arrives, ``NonFiniteLoss`` on a NaN/Inf loss.
     """
 
-    started = time.time()
+    started = RunClock(time.time(), time.process_time())
     apply_scale(cfg, cli_overrides)
     validate(cfg)
     check_resume_config(cfg)
@@ -595,7 +603,7 @@ def load_test_weights(cfg: DictConfig, module: TaskModule, callbacks: list, fina
 
 
 def _record(cfg: DictConfig, run_dir: Path, command: str | None, trainer: L.Trainer, module: TaskModule,
-            callbacks: list, task: TaskData, started: float, *, status: str,
+            callbacks: list, task: TaskData, started: RunClock, *, status: str,
             config_hash: str | None) -> dict[str, Any]:
 
     throughput = next(c for c in callbacks if isinstance(c, Throughput))
@@ -621,11 +629,15 @@ def _record(cfg: DictConfig, run_dir: Path, command: str | None, trainer: L.Trai
                      "precision": str(cfg.hardware.precision)},
         "metrics": {"final": collect_metrics(trainer) if status == "completed" else {}, "best": dict(best.best)},
         "params": params,
-        "cost": {"wall_s": round(time.time() - started, 2), "tokens_per_s": throughput.average_tokens_per_s(),
+        "cost": {"wall_s": round(time.time() - started.wall, 2),
+                 # CPU seconds of this process (all its threads) and its torch threads: at one thread the CPU time
+                 # is what the run costs alone, however loaded the machine was (reproduce-list's estimates)
+                 "cpu_s": round(time.process_time() - started.cpu, 2), "torch_threads": torch.get_num_threads(),
+                 "tokens_per_s": throughput.average_tokens_per_s(),
                  "step_s": throughput.average_step_s(), "peak_mem_mb": peak_memory_mb(module.device),
                  "steps": trainer.global_step,
                  # start-up: config checks, data, tokenizer and model up to the first training batch
-                 "startup_s": round(throughput.first_batch_at - started, 2) if throughput.first_batch_at else None,
+                 "startup_s": round(throughput.first_batch_at - started.wall, 2) if throughput.first_batch_at else None,
                  # callbacks.mfu: model FLOPs utilisation over the run against the matmul peak measured in the
                  # same process on CPU (the datasheet peak on listed GPUs); see training/perf.py
                  **mfu_summary(callbacks)},
