@@ -72,6 +72,22 @@ def test_publish_refuses_oversized_artifacts_and_writes_nothing(workspace, put_r
     assert not (workspace / "results").exists()
 
 
+def test_publish_only_that_matches_no_finished_run_names_the_experiments_there(workspace, put_record, capsys):
+    # a table's name is not an experiment prefix: this once printed "0 record(s)" and exited 0, publishing nothing
+    put_record("t", experiment="ut/table5/transformer_reverse", seed=4)
+    put_record("u", experiment="ut/table5/ut_reverse", seed=4)
+    args = [str(workspace / "runs"), str(workspace / "results" / "runs"), "--only", "ut/table5_reverse"]
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0
+    assert "ut/table5/transformer_reverse, ut/table5/ut_reverse" in err and "such as ut/table5" in err
+    assert not (workspace / "results").exists()
+    assert main([*args[:3], "ut/table5"]) == 0 and "2 record(s)" in capsys.readouterr().out
+    # nothing finished to publish at all is not an error (a sweep whose runs were all skipped)
+    assert publish_runs([workspace / "runs"], workspace / "results" / "runs", only=["ut/table5/ut_reverse"])
+    assert publish_runs([workspace / "empty"], workspace / "results" / "runs", only=["ut/table5"]) == []
+
+
 def test_publish_names_a_missing_runs_folder(workspace, capsys):
     assert main([str(workspace / "nowhere"), str(workspace / "results" / "runs")]) == 2
     assert "no such runs folder" in capsys.readouterr().err

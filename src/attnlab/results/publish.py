@@ -103,17 +103,21 @@ def publish_runs(
     """Copy every publishable record under ``sources`` (with its config and artifacts) below ``dest_root``.
 
     Every file is read first, then all changed ones are renamed into place together (unchanged bytes are
-    not rewritten), so an error leaves ``dest_root`` as it was.
+    not rewritten), so an error leaves ``dest_root`` as it was. ``only`` (experiment prefixes) that leaves out
+    every finished run found is an error (``PublishError``) naming the experiments there.
     """
     dest_root = Path(dest_root)
     only = tuple(only)
     plan: list[tuple[Path, Path, dict[str, bytes]]] = []
     seen: dict[Path, Path] = {}
+    left_out: set[str] = set()  # experiments of publishable runs that ``only`` leaves out
     for path in find_records(list(sources)):
         if dest_root.resolve() in path.resolve().parents:
             continue  # already published
         data = load_json(path)
         if not _publishable(data, only):
+            if only and _publishable(data, ()):
+                left_out.add(str(data["experiment"]))
             continue
         dest = destination_for(data, dest_root)
         if dest in seen:
@@ -124,6 +128,15 @@ def publish_runs(
         seen[dest] = path
         files = {RECORD_FILENAME: path.read_bytes(), **_artifacts(path.parent)}
         plan.append((path, dest, files))
+    if only and not plan and left_out:
+        # A table's name (ut/table5_reverse) is not an experiment prefix (ut/table5/ut_reverse): say so rather
+        # than report "0 records" as if there were nothing to publish.
+        names = sorted(left_out)
+        shown = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
+        raise PublishError(
+            f"--only {' '.join(only)} matches none of the {len(names)} experiment(s) with finished runs here "
+            f"({shown}); --only takes an experiment prefix such as {names[0].rsplit('/', 1)[0]}"
+        )
     published, to_write = [], {}
     for source, dest, files in plan:
         changed = {dest / rel: content for rel, content in files.items() if not _same(dest / rel, content)}
