@@ -187,3 +187,40 @@ def test_paper_claims_blocks_say_what_held_with_the_numbers_and_compute_behind_t
     readme.write_text("<!-- attnlab-claims: nosuchpaper -->\n<!-- /attnlab-claims -->\n")
     with pytest.raises(TableError, match="nosuchpaper"):
         build_tables(_cfg(workspace, readme=[str(readme)]))
+
+
+def test_results_index_lists_every_table_with_its_runs_claims_and_why_it_is_empty(workspace, put_record):
+    """results/README.md, the front page of results/: per experiments folder, one line per table with the rows
+    that have runs, the seeds behind them, the claims' results and the laptop protocol (a table without one says
+    so); `make check-tables` holds it like the tables."""
+    toy = workspace / "experiments" / "toy"
+    spec = yaml.safe_load((toy / "t1.yaml").read_text())
+    spec["claims"] = [{"claim": "UT above the Transformer", "source": "toy", "metric": "Seq. acc.", "a": "UT",
+                       "b": "Transformer", "test": "greater"}]  # fmt: skip
+    spec["laptop"] = {"protocol": "copy, 500 updates", "per_run_s": 120, "runs": 9}
+    (toy / "t1.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
+    empty = {**spec, "title": "Toy table nobody can run", "table": "t1", "match": {"task": "algo/elsewhere"},
+             "laptop": {"protocol": "None: no local data for it"}}  # fmt: skip
+    (toy / "t2.yaml").write_text(yaml.safe_dump(empty, sort_keys=False))
+    (toy / "LOG.md").write_text("# log\n")
+    for seed, (transformer, ut) in enumerate([(0.20, 0.61), (0.22, 0.63)]):
+        put_record(f"t{seed}", experiment="demo/copy", seed=seed, **{"metrics.final.test/seq_acc": transformer,
+                   "cost.wall_s": 1800.0})  # fmt: skip
+        put_record(f"u{seed}", experiment="demo/copy", seed=seed, **{"model.recurrence": "ut", "config_hash": "cd" * 32,
+                   "metrics.final.test/seq_acc": ut, "cost.wall_s": 1800.0})  # fmt: skip
+    publish_runs([workspace / "runs"], workspace / "results" / "runs")
+    build_tables(_cfg(workspace))
+    index = (workspace / "results" / "README.md").read_text()
+    assert "2 tables, 1 with completed runs (4 runs" in index
+    assert "2 claims of the papers: 1 held, 0 not held, 0 inconclusive, 1 not run" in index
+    assert "## toy" in index and "Toy et al. A toy paper." in index
+    assert "`experiments/toy/LOG.md`" in index and "experiments/toy/README.md" not in index  # only what exists
+    t1 = next(line for line in index.splitlines() if line.startswith("| [`toy/t1`](toy/t1.md)"))
+    # Transformer and UT have 2 seeds each, UT + ACT none; 4 runs x 1800 s = 2.0 h; the claim held
+    assert "| 2 of 3 | 2 | 1 / 0 / 0 / 0 | 2.0 | yes (~120 s per run) |" in t1
+    t2 = next(line for line in index.splitlines() if line.startswith("| [`toy/t2`]"))
+    assert "| 0 of 3 | — | 0 / 0 / 0 / 1 | — | none (the table says why) |" in t2
+    assert build_tables(_cfg(workspace, check=True)) == []
+    (workspace / "results" / "README.md").write_text(index.replace("1 held", "2 held"))
+    with pytest.raises(TableError, match="README.md"):
+        build_tables(_cfg(workspace, check=True))

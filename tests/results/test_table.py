@@ -179,7 +179,7 @@ def test_build_tables_writes_all_formats_deterministically(workspace, put_record
     }
     written = build_tables(cfg)
     names = sorted(p.name for p in written)
-    assert names == ["CLAIMS.md", "t1.csv", "t1.md", "t1.png", "t1.tex"]
+    assert names == ["CLAIMS.md", "README.md", "t1.csv", "t1.md", "t1.png", "t1.tex"]
     first = {p: p.read_bytes() for p in written}
     assert first[workspace / "out" / "toy" / "t1.png"].startswith(b"\x89PNG")
     tex = first[workspace / "out" / "toy" / "t1.tex"].decode()

@@ -29,6 +29,7 @@ from attnlab.results.paper import PaperTablesError, default_experiments_dir, loa
 from attnlab.results.record import RecordError, config_hash, sanitize_record, validate_record, write_files_atomically
 from attnlab.results.render import render_all, render_markdown, render_summary
 from attnlab.results.render.claims import render_claims_overview, render_paper_claims
+from attnlab.results.render.index import INDEX_FILENAME, render_results_index
 from attnlab.results.render.png import has_figure
 from attnlab.results.spec import list_specs, load_spec
 
@@ -100,6 +101,7 @@ def build_tables(cfg: Mapping[str, Any] | DictConfig) -> list[Path]:
         files.update(render_all(built, cfg.get("out") or "results/", plot=bool(cfg.get("plot", True))))
     if table == "all":  # the overview covers every spec, so only a build of all of them writes it
         files[Path(cfg.get("out") or "results/") / CLAIMS_FILENAME] = render_claims_overview(built_all).encode()
+        files[Path(cfg.get("out") or "results/") / INDEX_FILENAME] = render_results_index(built_all).encode()
     for readme in map(Path, _as_list(cfg.get("readme"))):
         if not readme.is_file():
             raise TableError(f"readme={readme}: no such file (it names the file whose table blocks to fill)")
