@@ -9,8 +9,9 @@ trains, rows x seeds) as ``per_run_s`` x the spec's rows x the seeds asked for; 
 ``per_run_s`` says "not measured" rather than guessing.
 
 With ``--published results/runs`` the committed records count too: the runs of the asked seeds already
-published are done (the targets skip them), and once a table has records their median wall time (measured
-on this machine, in the sweep: JOBS runs at once) replaces the spec's estimate for the runs still to train.
+published are done (the targets skip them), and once a table has records their median cost per run replaces
+the spec's estimate for the runs still to train: a single-threaded run's CPU seconds (what it costs alone, which
+a loaded machine does not inflate), else its wall seconds as the sweep measured them (JOBS runs at once).
 
     python -m attnlab.results.listing --seeds 1,2,3 [--conf src/attnlab/conf/experiment] [--experiments experiments]
         [--published results/runs]
@@ -38,10 +39,9 @@ T5_TARGETS = {
 
 @dataclass
 class Published:
-    """What the committed records already hold of one spec: the (row, seed) pairs done, their wall times."""
+    """What the committed records already hold of one spec: the (row, seed) pairs done, what each run cost."""
 
     done: set[tuple[str, int]] = field(default_factory=set)
-    wall_s: list[float] = field(default_factory=list)  # one per completed run, as the sweep measured it
     # one per completed run: its CPU seconds where it ran on one torch thread (what it costs alone, however loaded
     # the machine was), else its wall seconds; records older than the cpu_s field give their wall seconds
     alone_s: list[float] = field(default_factory=list)
@@ -75,8 +75,6 @@ def published_runs(specs: list[TableSpec], published_dir: Path, experiments_dir:
                 pub.done.add((row.spec.label, int(rec.data.get("seed", -1))))
                 cost = rec.data.get("cost") or {}
                 wall, cpu = cost.get("wall_s"), cost.get("cpu_s")
-                if wall:
-                    pub.wall_s.append(float(wall))
                 if cpu and cost.get("torch_threads") == 1:
                     pub.alone_s.append(float(cpu))
                     pub.from_cpu_time += 1
