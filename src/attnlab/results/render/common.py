@@ -12,6 +12,11 @@ CONFIDENCE_MARK = {"double-checked": "(d)", "single-source": "(s)", "uncertain":
 MISSING = "missing"
 
 
+def total_wall_s(records) -> float:
+    """The summed wall seconds of run records (a record without one counts 0): the compute behind a table."""
+    return sum(float((rec.data.get("cost") or {}).get("wall_s") or 0.0) for rec in records)
+
+
 def fmt_num(x: float, digits: int) -> str:
     return f"{x:.{digits}f}"
 

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 from attnlab.results.build import BuiltTable
 from attnlab.results.claims import HELD, INCONCLUSIVE, NOT_HELD, NOT_RUN, evaluate_claims
-from attnlab.results.render.common import md_escape
+from attnlab.results.render.common import md_escape, total_wall_s
 
 INDEX_FILENAME = "README.md"  # under out/
 HEADER = ["Table", "Rows with runs", "Seeds per row", "Claims: held / not held / inconclusive / not run",
@@ -47,8 +47,7 @@ def _claims(built: BuiltTable) -> tuple[str, Counter]:
 
 
 def _wall_hours(built: BuiltTable) -> float:
-    seconds = (float((rec.data.get("cost") or {}).get("wall_s") or 0.0) for row in built.rows for rec in row.used)
-    return sum(seconds) / 3600
+    return total_wall_s(rec for row in built.rows for rec in row.used) / 3600
 
 
 def _notes(folder: str, tables: Sequence[BuiltTable]) -> str:
