@@ -110,12 +110,12 @@ def test_loader_blocks_cover_the_file_characters_and_mask_each_copy_differently(
     assert all(torch.equal(test[i]["scored"], other[i]["scored"]) for i in range(test.blocks))
 
 
-def _module(vocab: int = 50):
+def _module(vocab: int = 50, positions: str = "sinusoidal"):
     from attnlab.training.modules import MaskedLMModule
 
     model = dict(d_model=16, num_heads=2, d_ff=32, encoder_layers=1, decoder_layers=1, dropout=0.0,
                  attention_dropout=0.0, activation_dropout=0.0, activation="relu", norm_first=True,
-                 positions="sinusoidal", share_embeddings=True, tie_output=True, max_len=12,
+                 positions=positions, share_embeddings=True, tie_output=True, max_len=12,
                  cross_attention="auto", attention={"name": "vanilla"}, recurrence={"name": "stacked"})
     optim = dict(label_smoothing=0.0)
     info = dict(kind="mlm", vocab_size=vocab, pad_id=0, eval_splits={"test": "test"})
@@ -145,3 +145,47 @@ def test_only_masked_positions_are_scored():
     flipped = target.clone()
     flipped[0, 2] = 6 if int(target[0, 2]) != 6 else 7
     assert not torch.equal(module.compute_loss(dict(batch, target=flipped))[0], loss)
+
+
+def _blocks(rows: int = 4, n: int = 12, vocab: int = 50):
+    g = torch.Generator().manual_seed(1)
+    target = torch.randint(4, vocab, (rows, n), generator=g)
+    scored = torch.rand(rows, n, generator=g) < 0.3
+    scored[:, 0] = True
+    return {"ids": target.masked_fill(scored, vocab - 1), "target": target, "scored": scored,
+            "chars": torch.randint(1, 9, (rows, n), generator=g)}
+
+
+def test_shuffled_blocks_keep_each_positions_input_target_mask_and_characters_together():
+    from attnlab.training.modules import shuffle_blocks
+
+    batch = _blocks()
+    shuffled = shuffle_blocks(batch, seed=3)
+    assert not torch.equal(shuffled["ids"], batch["ids"])
+    def positions(b, row):
+        return sorted(zip(*(b[k][row].tolist() for k in ("ids", "target", "scored", "chars"))))
+
+    for row in range(batch["ids"].shape[0]):
+        assert positions(shuffled, row) == positions(batch, row)  # the same (input, target, mask, chars) positions
+    assert all(torch.equal(shuffled[k], shuffle_blocks(batch, seed=3)[k]) for k in batch)  # fixed by the seed
+
+
+def _test_scores(module, batch):
+    module.test_step(batch, 0)
+    logged = {}
+    module.log = lambda key, value, **kw: logged.__setitem__(key, float(value))
+    module.on_test_epoch_end()
+    return logged
+
+
+def test_shuffled_accuracy_equals_accuracy_for_a_model_blind_to_order_and_not_for_one_with_positions():
+    # Without positions a full-attention encoder is permutation-equivariant: every masked token gets the same
+    # prediction in any order, so the shuffled scores equal the scores (a bug that moved targets or masks
+    # apart from their inputs would break this). With positions the order changes the predictions.
+    batch = _blocks()
+    blind = _test_scores(_module(positions="none"), batch)
+    assert set(blind) >= {"test/mlm_acc", "test/mlm_acc_shuffled", "test/bits_per_token_shuffled"}
+    assert blind["test/bits_per_token_shuffled"] == pytest.approx(blind["test/bits_per_token"], rel=1e-5)
+    assert blind["test/mlm_acc_shuffled"] == blind["test/mlm_acc"]
+    ordered = _test_scores(_module(positions="sinusoidal"), batch)
+    assert ordered["test/bits_per_token_shuffled"] != pytest.approx(ordered["test/bits_per_token"], rel=1e-5)

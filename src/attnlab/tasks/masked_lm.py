@@ -164,6 +164,9 @@ def load_masked_lm(cfg: dict[str, Any], seed: int) -> TaskData:
                "of the tokenized corpus file",
         "bits_per_token": f"mean masked-token NLL in bits per {unit}: what RoBERTa/Longformer/BigBird print "
                           f"as 'BPC' (Longformer's pretrain_and_evaluate: eval_loss / log 2)",
+        "mlm_acc_shuffled": "mlm_acc on the same test blocks with each block's tokens in a random order (inputs, "
+                            "targets and masks moved together): what a model that ignores word order scores in "
+                            "order too; mlm_acc minus it is what the row gets from word order",
         "truncation": "; ".join(notes),
     }
     return TaskData(

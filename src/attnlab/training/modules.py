@@ -453,6 +453,10 @@ class MaskedLMModule(TaskModule):
         super().__init__(*args, **kwargs)
         self.val_score = MaskedLMScore()
         self.test_score = torch.nn.ModuleList(MaskedLMScore() for _ in self.eval_split_names)
+        # The same test blocks with each block's tokens in a random order: a model that ignores word order
+        # scores there what it scores in order, so the gap says how much of a row's accuracy comes from order
+        # (the premise of BigBird's Table 1: its building blocks differ in which neighbours a token sees).
+        self.test_shuffled_score = torch.nn.ModuleList(MaskedLMScore() for _ in self.eval_split_names)
 
     def build_model(self):
         t = self.task_info
@@ -479,14 +483,31 @@ class MaskedLMModule(TaskModule):
     def test_step(self, batch, batch_idx, dataloader_idx: int = 0):
         logits, target, _ = self._logits(batch)
         self.test_score[dataloader_idx].update(logits, target, batch["chars"][batch["scored"]])
+        shuffled = shuffle_blocks(batch, seed=batch_idx)
+        logits, target, _ = self._logits(shuffled)
+        self.test_shuffled_score[dataloader_idx].update(logits, target, shuffled["chars"][shuffled["scored"]])
 
     def on_test_epoch_end(self):
-        for idx, metric in enumerate(self.test_score):
+        for idx, (metric, shuffled) in enumerate(zip(self.test_score, self.test_shuffled_score)):
             if int(metric.tokens) == 0:
                 continue
             for key, value in metric.compute().items():
                 self.log(f"{self.eval_prefix(idx)}/{key}", value.float(), add_dataloader_idx=False)
+            for key, value in shuffled.compute().items():
+                if key in ("mlm_acc", "bits_per_token"):
+                    self.log(f"{self.eval_prefix(idx)}/{key}_shuffled", value.float(), add_dataloader_idx=False)
             metric.reset()
+            shuffled.reset()
+
+
+def shuffle_blocks(batch: dict[str, torch.Tensor], *, seed: int) -> dict[str, torch.Tensor]:
+    """``batch`` with each block's positions in a random order (a fixed generator seeded by ``seed``, so every
+    row of a table sees the same order): inputs, targets, masks and characters move together, so the same
+    tokens are masked and scored, only their neighbours change."""
+    rows, n = batch["ids"].shape
+    generator = torch.Generator().manual_seed(seed)
+    order = torch.stack([torch.randperm(n, generator=generator) for _ in range(rows)]).to(batch["ids"].device)
+    return {key: batch[key].gather(1, order) for key in ("ids", "target", "scored", "chars")}
 
 
 MODULES = {"seq2seq": Seq2SeqModule, "lm": LMModule, "classification": ClassificationModule,
