@@ -187,5 +187,8 @@ def test_shuffled_accuracy_equals_accuracy_for_a_model_blind_to_order_and_not_fo
     assert set(blind) >= {"test/mlm_acc", "test/mlm_acc_shuffled", "test/bits_per_token_shuffled"}
     assert blind["test/bits_per_token_shuffled"] == pytest.approx(blind["test/bits_per_token"], rel=1e-5)
     assert blind["test/mlm_acc_shuffled"] == blind["test/mlm_acc"]
+    assert blind["test/mlm_acc_from_order"] == 0.0
     ordered = _test_scores(_module(positions="sinusoidal"), batch)
     assert ordered["test/bits_per_token_shuffled"] != pytest.approx(ordered["test/bits_per_token"], rel=1e-5)
+    assert ordered["test/mlm_acc_from_order"] == pytest.approx(
+        ordered["test/mlm_acc"] - ordered["test/mlm_acc_shuffled"], abs=1e-6)

@@ -166,7 +166,9 @@ def load_masked_lm(cfg: dict[str, Any], seed: int) -> TaskData:
                           f"as 'BPC' (Longformer's pretrain_and_evaluate: eval_loss / log 2)",
         "mlm_acc_shuffled": "mlm_acc on the same test blocks with each block's tokens in a random order (inputs, "
                             "targets and masks moved together): what a model that ignores word order scores in "
-                            "order too; mlm_acc minus it is what the row gets from word order",
+                            "order too",
+        "mlm_acc_from_order": "mlm_acc - mlm_acc_shuffled: what the row gets from word order (about 0 for a "
+                              "model that has learned only which words occur in a block)",
         "truncation": "; ".join(notes),
     }
     return TaskData(
