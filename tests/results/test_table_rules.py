@@ -181,6 +181,15 @@ def test_listing_leaves_out_published_runs_and_uses_their_measured_wall_time(wor
     )
     assert estimate(Target("t", [], [spec]), [1, 2, 3], 1, {}) == "~45 min (toy/t1: 9 runs x 300 s)"
     assert published_runs([spec], workspace / "nowhere", workspace / "experiments") == {}
+    # A spec found unable to test its claims (protocol "None ...", BigBird Table 1) keeps the runs of its earlier
+    # protocol published; the listing still says there is no laptop protocol rather than timing a rerun.
+    spec_path.write_text(yaml.safe_dump({**SPEC, "laptop": {"protocol": "None at this budget: pilots failed"}}))
+    dropped = load_spec("toy/t1", workspace / "experiments")
+    published = published_runs([dropped], workspace / "runs", workspace / "experiments")
+    assert published["toy/t1"].alone_s
+    assert estimate(Target("t", [], [dropped]), [1, 2, 3], 1, published) == (
+        "no laptop protocol (see the spec): toy/t1"
+    )
 
 
 def test_listing_times_single_threaded_runs_by_their_cpu_time(workspace, put_record):

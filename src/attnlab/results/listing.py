@@ -127,6 +127,9 @@ def estimate(
         done = sum((row.label, s) in pub.done for row in spec.rows for s in seed_list)
         todo = runs - done
         lap = spec.laptop
+        if lap is not None and lap.protocol.startswith("None"):  # no laptop version of this spec, even where
+            no_laptop.append(spec.name)  # runs of an earlier protocol are published (the spec says why)
+            continue
         if pub.alone_s:
             per_run = statistics.median(pub.alone_s)
             how = "measured" if not pub.from_cpu_time else (
@@ -134,9 +137,6 @@ def estimate(
                 else f"measured, CPU time for {pub.from_cpu_time} of {len(pub.alone_s)}")
         elif lap is not None and lap.per_run_s is not None:
             per_run, how = lap.per_run_s, ""
-        elif lap is not None and lap.protocol.startswith("None"):  # by design: no laptop version of this spec
-            no_laptop.append(spec.name)
-            continue
         else:
             unmeasured.append(spec.name + (f" ({done}/{runs} published)" if done else ""))
             continue
