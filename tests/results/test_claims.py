@@ -3,6 +3,8 @@ scipy's own Welch test; CLAIMS.md written by table=all and held by check=true.""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import yaml
 from scipy import stats as scipy_stats
@@ -48,6 +50,21 @@ def test_welch_interval_matches_scipy():
     assert welch_interval([1.0, 1.0], [0.0, 0.0]) == Interval(1.0, 1.0, 1.0, None)  # identical seeds
 
 
+def test_seeds_to_decide_by_hand():
+    from attnlab.results.stats import seeds_to_decide
+
+    # One sample a = [0, 1, 2] against 0 (mean 1, sd 1), claim "> 0": the interval is 1 +- t(n-1) / sqrt(n).
+    # t(0.975; 5) = 2.5706 -> 1.049 at n = 6 (still straddles 0); t(0.975; 6) = 2.4469 -> 0.925 at n = 7.
+    assert seeds_to_decide([0.0, 1.0, 2.0], 0.0, (0.0, math.inf)) == 7
+    # Two rows with sd 1 each, difference 1: se = sqrt(2 / n), Welch df = 2 (n - 1).
+    # n = 8: t(0.975; 14) = 2.1448 x 0.5 = 1.072; n = 9: t(0.975; 16) = 2.1199 x 0.4714 = 0.9993 < 1.
+    assert seeds_to_decide([0.0, 1.0, 2.0], [-1.0, 0.0, 1.0], (0.0, math.inf)) == 9
+    # "within 2": the nearest edge of [-2, 2] is 1 away as well, on the other side
+    assert seeds_to_decide([0.0, 1.0, 2.0], [-1.0, 0.0, 1.0], (-2.0, 2.0)) == 9
+    assert seeds_to_decide([0.0, 1.0, 2.0], 1.0, (0.0, math.inf)) is None  # a - b = 0 on the edge: never decided
+    assert seeds_to_decide([0.0, 10.0, 20.0], 9.0, (0.0, math.inf), limit=20) is None  # 1 +- ~10 t / sqrt(n)
+
+
 def test_claims_held_not_held_inconclusive_not_run(workspace, put_record):
     _seeds(put_record, "stacked", [0.30, 0.31, 0.32])
     _seeds(put_record, "ut", [0.50, 0.51, 0.52])
@@ -68,6 +85,7 @@ def test_claims_held_not_held_inconclusive_not_run(workspace, put_record):
     assert results["ut below"].status == NOT_HELD
     assert results["close"].status == HELD
     assert results["edge"].status == INCONCLUSIVE and "straddles" in results["edge"].reason
+    assert "more than 50 seeds per row" in results["edge"].reason  # the estimate sits on the edge
     assert results["act above"].status == NOT_RUN and "UT + ACT: failed (NaN loss)" in results["act above"].reason
     assert results["above chance"].status == HELD and results["above chance"].n_b is None
 

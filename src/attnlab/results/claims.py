@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 from attnlab.results.build import BuiltTable, RowResult, get_field
 from attnlab.results.spec import ClaimSpec
-from attnlab.results.stats import CONFIDENCE, Interval, welch_interval
+from attnlab.results.stats import CONFIDENCE, SEEDS_LIMIT, Interval, seeds_to_decide, welch_interval
 
 HELD, NOT_HELD, INCONCLUSIVE, NOT_RUN = "held", "not held", "inconclusive", "not run"
 RULE = (
@@ -116,7 +116,12 @@ def evaluate_claim(built: BuiltTable, claim: ClaimSpec) -> ClaimResult:
         return result(INCONCLUSIVE, estimate=estimate, reason="fewer than 2 seeds in a row: no interval")
     interval = welch_interval(a, b)
     status = interval_status(interval, claim)
-    reason = "the interval straddles an edge of the claimed range" if status == INCONCLUSIVE else ""
+    reason = ""
+    if status == INCONCLUSIVE:
+        needed = seeds_to_decide(a, b, claim.claimed_range()[:2])
+        plan = f"about {needed}" if needed is not None else f"more than {SEEDS_LIMIT}"
+        reason = (f"the interval straddles an edge of the claimed range; {plan} seeds per row would decide it if "
+                  f"the means and spreads stayed as observed")
     return result(status, interval, estimate, reason)
 
 

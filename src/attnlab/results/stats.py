@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -56,3 +57,32 @@ def welch_interval(a: Sequence[float], b: Sequence[float] | float, confidence: f
     df = se2**2 / (var_a**2 / (len(a) - 1) + df_b)  # Welch-Satterthwaite
     half = float(student_t.ppf(0.5 + confidence / 2, df)) * se2**0.5
     return Interval(estimate, estimate - half, estimate + half, df)
+
+
+SEEDS_LIMIT = 50  # beyond this a laptop table does not plan seeds: "more than 50"
+
+
+def seeds_to_decide(a: Sequence[float], b: Sequence[float] | float, edges: Sequence[float],
+                    confidence: float = CONFIDENCE, limit: int = SEEDS_LIMIT) -> int | None:
+    """Seeds per row at which the Welch interval of ``mean(a) - mean(b)`` would be narrower than the distance from
+    the estimate to the nearest finite edge of a claim's range, if the means and sample variances stayed as
+    observed: a planning estimate for an inconclusive claim, not a result. ``None`` when no number of seeds up to
+    ``limit`` would (or the estimate sits on an edge)."""
+    from scipy.stats import t as student_t
+
+    one_sample = isinstance(b, (int, float))
+    estimate = statistics.fmean(a) - (float(b) if one_sample else statistics.fmean(b))
+    finite = [e for e in edges if math.isfinite(e)]
+    distance = min(abs(estimate - e) for e in finite) if finite else math.inf
+    if distance == 0:
+        return None
+    var_a, var_b = statistics.variance(a), 0.0 if one_sample else statistics.variance(b)
+    start = max(len(a), 1 if one_sample else len(b)) + 1
+    for n in range(start, limit + 1):
+        se2 = (var_a + var_b) / n
+        if se2 == 0:
+            return n
+        df = se2**2 / ((var_a / n) ** 2 / (n - 1) + (var_b / n) ** 2 / (n - 1))
+        if float(student_t.ppf(0.5 + confidence / 2, df)) * se2**0.5 < distance:
+            return n
+    return None
