@@ -190,3 +190,39 @@ def test_lte_addition_at_least_claims_require_the_transformer_above_any_context_
     for claim in at_least:
         floors = [r.at_least for r in claim.requires if r.row == "Transformer" and r.field.endswith("test/char_acc")]
         assert floors and all(ceiling + 0.05 <= f <= 0.5 for f in floors), (claim.claim, ceiling, floors)
+
+
+@pytest.mark.parametrize("column", ["joint1k", "joint10k"])
+def test_babi_at_most_claim_requires_the_ut_below_any_story_free_answer(column):
+    """UT Table 1 claims "UT with ACT at most UT" in mean error. Two rows that answer without reading the stories
+    make equal errors and would pass it, so the claim needs the UT clearly below the best story-free answer: per
+    task, the most frequent training answer to each exact question (the task's most frequent answer for a question
+    never seen), scored on the test file, computed with the loader's parser over the column's tasks."""
+    from collections import Counter, defaultdict
+
+    from attnlab.results.spec import load_spec
+    from attnlab.tasks.babi import parse_babi, task_file
+    from attnlab.tasks.sources import read_lines
+    from tests.conftest import require_shared_data
+
+    root = require_shared_data("babi/tasks_1-20_v1-2")
+    task = _config(f"ut/table1/ut_{column}", "cpu").task
+    tasks = range(1, 21) if task.tasks in ("all", None) else [int(t) for t in task.tasks]
+    errors = []
+    for t in tasks:
+        train = parse_babi(read_lines(task_file(root, task.variant, t, "train")))
+        test = parse_babi(read_lines(task_file(root, task.variant, t, "test")))
+        by_question: dict[str, Counter] = defaultdict(Counter)
+        for _, question, answer in train:
+            by_question[question][answer] += 1
+        overall = Counter(a for _, _, a in train).most_common(1)[0][0]
+        guess = {q: c.most_common(1)[0][0] for q, c in by_question.items()}
+        errors.append(100 * sum(a != guess.get(q, overall) for _, q, a in test) / len(test))
+    ceiling = sum(errors) / len(errors)
+    assert 55 < ceiling < 75, ceiling  # yes/no and counting tasks are near 50%, location questions near 80%
+    spec = load_spec(f"ut/table1_{column}", Path(__file__).resolve().parents[2] / "experiments")
+    at_most = [c for c in spec.claims if c.test == "at_most"]
+    assert at_most
+    for claim in at_most:
+        floors = [r.at_most for r in claim.requires if r.field.endswith("test/mean_error")]
+        assert floors and all(f <= ceiling - 5 for f in floors), (claim.claim, ceiling, floors)
