@@ -47,16 +47,21 @@ def welch_interval(a: Sequence[float], b: Sequence[float] | float, confidence: f
         raise ValueError("a Welch interval needs at least two values per side")
     var_a = statistics.variance(a) / len(a)
     if isinstance(b, (int, float)):
-        estimate, var_b, df_b = statistics.fmean(a) - float(b), 0.0, 0.0
+        estimate, var_b, n_b = statistics.fmean(a) - float(b), 0.0, 2  # a fixed b adds no variance term
     else:
         estimate, var_b = statistics.fmean(a) - statistics.fmean(b), statistics.variance(b) / len(b)
-        df_b = var_b**2 / (len(b) - 1)
+        n_b = len(b)
     se2 = var_a + var_b
     if se2 == 0:
         return Interval(estimate, estimate, estimate, None)
-    df = se2**2 / (var_a**2 / (len(a) - 1) + df_b)  # Welch-Satterthwaite
+    df = _welch_df(var_a, len(a), var_b, n_b)
     half = float(student_t.ppf(0.5 + confidence / 2, df)) * se2**0.5
     return Interval(estimate, estimate - half, estimate + half, df)
+
+
+def _welch_df(var_a: float, n_a: int, var_b: float, n_b: int) -> float:
+    """Welch-Satterthwaite degrees of freedom from the squared standard errors ``var_x`` (variance / n)."""
+    return (var_a + var_b) ** 2 / (var_a**2 / (n_a - 1) + var_b**2 / (n_b - 1))
 
 
 SEEDS_LIMIT = 50  # beyond this a laptop table does not plan seeds: "more than 50"
@@ -82,7 +87,7 @@ def seeds_to_decide(a: Sequence[float], b: Sequence[float] | float, edges: Seque
         se2 = (var_a + var_b) / n
         if se2 == 0:
             return n
-        df = se2**2 / ((var_a / n) ** 2 / (n - 1) + (var_b / n) ** 2 / (n - 1))
+        df = _welch_df(var_a / n, n, var_b / n, n)
         if float(student_t.ppf(0.5 + confidence / 2, df)) * se2**0.5 < distance:
             return n
     return None
