@@ -26,7 +26,8 @@ SCALE ?= cpu
 HARDWARE ?= cpu
 ARGS ?=
 # On CPU hardware the rows x seeds run JOBS at a time (Hydra's joblib launcher), each with CORES/JOBS torch
-# threads: the laptop models do not scale across threads, so this fills the machine (README "Performance").
+# threads: it fills the machine, though on 2 cores it gains little over one job at 2 threads (1.13x measured
+# on six UT Table 4 runs: README "Performance", results/bench/sweep.md).
 # LAUNCHER=basic runs them one after another; LAUNCHER=submitit_slurm_attnlab sends them to SLURM.
 CORES := $(shell nproc 2>/dev/null || echo 1)
 JOBS ?= $(CORES)

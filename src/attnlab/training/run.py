@@ -491,7 +491,7 @@ def run(cfg: DictConfig, *, run_dir: str | os.PathLike | None = None, command: s
     if cfg.hardware.matmul_precision:
         torch.set_float32_matmul_precision(cfg.hardware.matmul_precision)
     if cfg.hardware.get("torch_threads"):
-        # Small models do not scale across threads: parallel sweeps give each job cores/jobs threads.
+        # Parallel sweeps give each job cores/jobs threads, so that jobs x threads never exceeds the cores.
         torch.set_num_threads(int(cfg.hardware.torch_threads))
 
     describe_config(cfg, run_dir)
