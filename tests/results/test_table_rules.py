@@ -175,9 +175,29 @@ def test_listing_leaves_out_published_runs_and_uses_their_measured_wall_time(wor
     put_record("failed", experiment="demo/copy", seed=3, status="failed", error="boom", **{"cost.wall_s": 5.0})
     published = published_runs([spec], workspace / "runs", workspace / "experiments")
     assert published["toy/t1"].done == {("Transformer", 1), ("Transformer", 2), ("Transformer", 7)}
-    # 3 rows x seeds 1-3 = 9 runs, 2 published; 7 left x median(100, 200, 900) = 200 s
+    # 3 rows x seeds 1-3 = 9 runs, 2 published (both Transformer). The Transformer's seed 3 is timed by its own
+    # records, median(100, 200, 900) = 200 s; the UT rows have none: the spec's 300 s. 200 + 6 x 300 = 2000 s.
     assert estimate(Target("t", [], [spec]), [1, 2, 3], 1, published) == (
-        "~23 min (toy/t1: 7 of 9 runs to train x 200 s measured)"
+        "~33 min (toy/t1: 7 of 9 runs to train x 286 s on average: measured for 1 of 3 rows, the spec's estimate "
+        "for the rest)"
+    )
+    # Rows of one table differ (a UT applies its layer 8 times: UT Table 1's UT runs took 4x the Transformer's):
+    # a row with records is timed by its own, never by another row's. UT: 2 x 1000 s; Transformer 200; ACT 3 x 300.
+    put_record("ut1", experiment="demo/copy", seed=1, **{"model.recurrence": "ut", "cost.wall_s": 1000.0})
+    published = published_runs([spec], workspace / "runs", workspace / "experiments")
+    assert published["toy/t1"].by_row == {"Transformer": [100.0, 200.0, 900.0], "UT": [1000.0]}
+    assert estimate(Target("t", [], [spec]), [1, 2, 3], 1, published) == (
+        "~52 min (toy/t1: 6 of 9 runs to train x 517 s on average: measured for 2 of 3 rows, the spec's estimate "
+        "for the rest)"
+    )
+    # Without an estimate in the spec, a row with no records takes the table's median: 550 s of 100/200/900/1000;
+    # 2 x 1000 + 200 + 3 x 550 = 3850 s.
+    spec_path.write_text(yaml.safe_dump({**SPEC, "laptop": {"protocol": "p", "runs": 9}}))
+    bare = load_spec("toy/t1", workspace / "experiments")
+    bare_published = published_runs([bare], workspace / "runs", workspace / "experiments")
+    assert estimate(Target("t", [], [bare]), [1, 2, 3], 1, bare_published) == (
+        "~64 min (toy/t1: 6 of 9 runs to train x 642 s on average: measured for 2 of 3 rows, the table's median "
+        "for the rest)"
     )
     assert estimate(Target("t", [], [spec]), [1, 2, 3], 1, {}) == "~45 min (toy/t1: 9 runs x 300 s)"
     assert published_runs([spec], workspace / "nowhere", workspace / "experiments") == {}
@@ -195,9 +215,10 @@ def test_listing_leaves_out_published_runs_and_uses_their_measured_wall_time(wor
 def test_listing_times_single_threaded_runs_by_their_cpu_time(workspace, put_record):
     """A run measured beside other jobs has an inflated wall time (Synthesizer En-De: 1249 s beside three
     processes, ~630 s alone); at one torch thread its CPU time is what it costs alone, so that is what the
-    estimate uses. A multi-threaded run's CPU time overstates its wall time, and old records have none: wall."""
+    estimate uses. A multi-threaded run's CPU time overstates its wall time, and old records have none: wall.
+    (No estimate in the spec: the rows without records take the table's median.)"""
     spec_path = workspace / "experiments" / "toy" / "t1.yaml"
-    spec_path.write_text(yaml.safe_dump({**SPEC, "laptop": {"protocol": "p", "per_run_s": 300, "runs": 9}}))
+    spec_path.write_text(yaml.safe_dump({**SPEC, "laptop": {"protocol": "p", "runs": 9}}))
     spec = load_spec("toy/t1", workspace / "experiments")
     put_record("contended", experiment="demo/copy", seed=1,
                **{"cost.wall_s": 1249.0, "cost.cpu_s": 630.0, "cost.torch_threads": 1})  # fmt: skip
@@ -206,7 +227,8 @@ def test_listing_times_single_threaded_runs_by_their_cpu_time(workspace, put_rec
     published = published_runs([spec], workspace / "runs", workspace / "experiments")
     # 9 runs, 2 done: 7 x median(630, 640) = 4445 s = ~74 min, not 7 x median(1249, 650) = ~110 min
     assert estimate(Target("t", [], [spec]), [1, 2, 3], 1, published) == (
-        "~74 min (toy/t1: 7 of 9 runs to train x 635 s measured, CPU time)"
+        "~74 min (toy/t1: 7 of 9 runs to train x 635 s on average: measured for 1 of 3 rows, CPU time, the table's "
+        "median for the rest)"
     )
     put_record("two_threads", experiment="demo/copy", seed=3,
                **{"cost.wall_s": 400.0, "cost.cpu_s": 780.0, "cost.torch_threads": 2})  # fmt: skip
@@ -214,7 +236,7 @@ def test_listing_times_single_threaded_runs_by_their_cpu_time(workspace, put_rec
     published = published_runs([spec], workspace / "runs", workspace / "experiments")
     # per run: 630, 640 (CPU), 400 (2 threads: wall), 500 (no CPU time: wall) -> median 565
     assert estimate(Target("t", [], [spec]), [1, 2, 3], 1, published) == (
-        "~56 min (toy/t1: 6 of 9 runs to train x 565 s measured, CPU time for 2 of 4)"
+        "~56 min (toy/t1: 6 of 9 runs to train x 565 s measured on other rows, CPU time for 2 of 4)"
     )
 
 

@@ -9,9 +9,10 @@ trains, rows x seeds) as ``per_run_s`` x the spec's rows x the seeds asked for; 
 ``per_run_s`` says "not measured" rather than guessing.
 
 With ``--published results/runs`` the committed records count too: the runs of the asked seeds already
-published are done (the targets skip them), and once a table has records their median cost per run replaces
-the spec's estimate for the runs still to train: a single-threaded run's CPU seconds (what it costs alone, which
-a loaded machine does not inflate), else its wall seconds as the sweep measured them (JOBS runs at once).
+published are done (the targets skip them), and the runs still to train are timed row by row: a row with
+records by their median cost per run, a row without by the spec's estimate, else by the table's median (rows of
+one table can differ 4x: a UT applies its layer 8 times). A run's cost is a single-threaded run's CPU seconds
+(what it costs alone, which a loaded machine does not inflate), else its wall seconds as the sweep measured them.
 
     python -m attnlab.results.listing --seeds 1,2,3 [--conf src/attnlab/conf/experiment] [--experiments experiments]
         [--published results/runs]
@@ -46,6 +47,7 @@ class Published:
     # the machine was), else its wall seconds; records older than the cpu_s field give their wall seconds
     alone_s: list[float] = field(default_factory=list)
     from_cpu_time: int = 0  # how many of alone_s are CPU times
+    by_row: dict[str, list[float]] = field(default_factory=dict)  # row label -> its runs' entries of alone_s
 
 
 @dataclass
@@ -76,10 +78,14 @@ def published_runs(specs: list[TableSpec], published_dir: Path, experiments_dir:
                 cost = rec.data.get("cost") or {}
                 wall, cpu = cost.get("wall_s"), cost.get("cpu_s")
                 if cpu and cost.get("torch_threads") == 1:
-                    pub.alone_s.append(float(cpu))
+                    alone = float(cpu)
                     pub.from_cpu_time += 1
                 elif wall:
-                    pub.alone_s.append(float(wall))
+                    alone = float(wall)
+                else:
+                    continue
+                pub.alone_s.append(alone)
+                pub.by_row.setdefault(row.spec.label, []).append(alone)
         found[spec.name] = pub
     return found
 
@@ -117,8 +123,8 @@ def estimate(
 ) -> str:
     """The estimated wall time of the target on this CPU with ``jobs`` single-threaded runs at once (the
     reproduce targets' joblib launcher), or what is not measured. ``per_run_s`` is one run alone; with
-    ``published`` (see ``published_runs``), runs already published are left out and a table's measured median
-    wall time per run replaces its estimate."""
+    ``published`` (see ``published_runs``), runs already published are left out and each row still to train
+    is timed by its own records' median, else the spec's estimate, else the table's median."""
     seed_list = list(range(seeds)) if isinstance(seeds, int) else list(seeds)
     parts, total, unmeasured, no_laptop = [], 0.0, [], []
     for spec in target.specs:
@@ -130,17 +136,30 @@ def estimate(
         if lap is not None and lap.protocol.startswith("None"):  # no laptop version of this spec, even where
             no_laptop.append(spec.name)  # runs of an earlier protocol are published (the spec says why)
             continue
-        if pub.alone_s:
-            per_run = statistics.median(pub.alone_s)
-            how = "measured" if not pub.from_cpu_time else (
-                "measured, CPU time" if pub.from_cpu_time == len(pub.alone_s)
-                else f"measured, CPU time for {pub.from_cpu_time} of {len(pub.alone_s)}")
-        elif lap is not None and lap.per_run_s is not None:
-            per_run, how = lap.per_run_s, ""
-        else:
+        todo_by_row = {row.label: sum((row.label, s) not in pub.done for s in seed_list) for row in spec.rows}
+        to_train = [label for label, n in todo_by_row.items() if n]
+        own = [label for label in to_train if pub.by_row.get(label)]
+        estimate_s = lap.per_run_s if lap is not None else None
+        fallback = estimate_s if estimate_s is not None else (statistics.median(pub.alone_s) if pub.alone_s else None)
+        if fallback is None and len(own) < len(to_train):
             unmeasured.append(spec.name + (f" ({done}/{runs} published)" if done else ""))
             continue
-        total += per_run * todo
+        seconds = sum(n * (statistics.median(pub.by_row[label]) if label in own else fallback)
+                      for label, n in todo_by_row.items())  # fmt: skip
+        per_run = seconds / todo if todo else statistics.median(pub.alone_s)
+        cpu_note = "" if not pub.from_cpu_time else (
+            ", CPU time" if pub.from_cpu_time == len(pub.alone_s)
+            else f", CPU time for {pub.from_cpu_time} of {len(pub.alone_s)}")
+        rest = "the spec's estimate" if estimate_s is not None else "the table's median"
+        if not pub.alone_s:
+            how = ""
+        elif len(own) == len(to_train):
+            how = "measured" + cpu_note
+        elif not own:
+            how = "" if estimate_s is not None else f"measured on other rows{cpu_note}"
+        else:
+            how = f"on average: measured for {len(own)} of {len(to_train)} rows{cpu_note}, {rest} for the rest"
+        total += seconds
         runs_text = f"{todo} of {runs} runs to train" if done else f"{runs} runs"
         parts.append(f"{spec.name}: {runs_text} x {per_run:.0f} s" + (f" {how}" if how else ""))
     if not target.specs:
