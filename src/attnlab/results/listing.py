@@ -146,7 +146,8 @@ def estimate(
             continue
         seconds = sum(n * (statistics.median(pub.by_row[label]) if label in own else fallback)
                       for label, n in todo_by_row.items())  # fmt: skip
-        per_run = seconds / todo if todo else statistics.median(pub.alone_s)
+        # nothing left to train: show what a run cost (records without a cost leave nothing to show)
+        per_run = seconds / todo if todo else (statistics.median(pub.alone_s) if pub.alone_s else 0.0)
         cpu_note = "" if not pub.from_cpu_time else (
             ", CPU time" if pub.from_cpu_time == len(pub.alone_s)
             else f", CPU time for {pub.from_cpu_time} of {len(pub.alone_s)}")
