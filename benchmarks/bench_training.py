@@ -49,30 +49,41 @@ def _setup(overrides: list[str], precision: str):
     return cfg, module, batches
 
 
-def plain_loop(module, batches, steps: int, bf16: bool, grad_clip: float = 0.0):
-    """Seconds per step (forward, backward, clipping, optimizer and schedule step, zero_grad), losses, and
-    tokens per step: what the attnlab trainer does per step, without Lightning."""
+def plain_loop_optimizer(module, max_steps: int):
+    """(optimizer, per-step lr scheduler) as the module configures them for a run of ``max_steps`` updates."""
     from types import SimpleNamespace
 
-    module._trainer = SimpleNamespace(max_steps=steps)  # configure_optimizers reads trainer.max_steps
+    module._trainer = SimpleNamespace(max_steps=max_steps)  # configure_optimizers reads trainer.max_steps
     try:
         conf = module.configure_optimizers()
     finally:
         module._trainer = None
-    opt, sched = conf["optimizer"], conf["lr_scheduler"]["scheduler"]
+    return conf["optimizer"], conf["lr_scheduler"]["scheduler"]
+
+
+def train_step(module, batch, opt, sched, grad_clip: float = 0.0, bf16: bool = False):
+    """One update as the attnlab trainer takes it, without Lightning: (loss, target tokens)."""
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+        loss, _, n = module.compute_loss(batch)
+    loss.backward()
+    if grad_clip:
+        torch.nn.utils.clip_grad_norm_(module.parameters(), grad_clip)
+    opt.step()
+    sched.step()
+    opt.zero_grad(set_to_none=True)
+    return loss, n
+
+
+def plain_loop(module, batches, steps: int, bf16: bool, grad_clip: float = 0.0):
+    """Seconds per step (forward, backward, clipping, optimizer and schedule step, zero_grad), losses, and
+    tokens per step: what the attnlab trainer does per step, without Lightning."""
+    opt, sched = plain_loop_optimizer(module, max_steps=steps)
     module.train()
     times, losses, tokens = [], [], 0
     for i in range(steps):
         batch = batches[i % len(batches)]
         t = time.perf_counter()
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-            loss, _, n = module.compute_loss(batch)
-        loss.backward()
-        if grad_clip:
-            torch.nn.utils.clip_grad_norm_(module.parameters(), grad_clip)
-        opt.step()
-        sched.step()
-        opt.zero_grad(set_to_none=True)
+        loss, n = train_step(module, batch, opt, sched, grad_clip, bf16)
         times.append(time.perf_counter() - t)
         losses.append(float(loss))
         tokens = n

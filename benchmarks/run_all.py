@@ -10,7 +10,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 SCRIPTS = ["bench_bigbird.py", "bench_decoding.py", "bench_training.py", "bench_variants.py", "bench_startup.py",
-           "bench_sweep.py"]
+           "bench_batching.py", "bench_sweep.py"]
 # What a --quick smoke (CI) leaves out: these time whole training runs, which no tiny size makes cheap.
 NOT_QUICK = {"bench_startup.py": "trains a Multi30k run twice", "bench_sweep.py": "trains twelve UT Table 4 runs"}
 

@@ -19,7 +19,7 @@ BENCH = REPO / "results" / "bench"
 README = REPO / "README.md"
 START, END = "<!-- attnlab-bench -->", "<!-- /attnlab-bench -->"
 # The benchmarks with goals, in the README's order; benchmarks/bench_<name>.py measures each.
-NAMES = ("sweep", "startup", "decoding", "bigbird", "training")
+NAMES = ("sweep", "startup", "batching", "decoding", "bigbird", "training")
 
 
 def _cell(text: object) -> str:

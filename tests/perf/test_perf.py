@@ -116,6 +116,26 @@ def test_quick_bench_runs_write_beside_the_committed_results():
     assert Path(full.stdout.strip()) == REPO / "results" / "bench"
 
 
+def test_batching_benchmark_modes_differ_only_in_how_batches_are_formed():
+    """Goal 16.2's tokens/s ratio is about batching: the two composed configs must train the same model with
+    the same optimizer, task and hardware; an override that also moved the scale, the vocabulary or the
+    model would make the ratio measure that instead."""
+    sys.path.insert(0, str(REPO))
+    from benchmarks.bench_batching import MODES, PRESET
+    from omegaconf import OmegaConf
+
+    from attnlab.cli.common import compose_checked
+
+    token, sentence = (OmegaConf.to_container(compose_checked("train", [*PRESET, *extra]), resolve=False)
+                       for extra in MODES.values())
+    assert token["batch"]["tokens_per_update"] == 2000  # the laptop preset's token batches
+    assert not sentence["batch"].get("tokens_per_update") and sentence["batch"]["sentences_per_update"] == 64
+    assert {k: v for k, v in token.items() if k != "batch"} == {k: v for k, v in sentence.items() if k != "batch"}
+    rest = ("tokens_per_update", "sentences_per_update")
+    assert ({k: v for k, v in token["batch"].items() if k not in rest}
+            == {k: v for k, v in sentence["batch"].items() if k not in rest})
+
+
 @pytest.mark.slow
 def test_make_bench_quick_smoke_runs_every_script(tmp_path):
     """What CI runs (``make bench BENCH_ARGS=--quick``): every script ends well, with or without the
