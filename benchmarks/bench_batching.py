@@ -57,7 +57,7 @@ def timed_steps(module, loader_iter, opt, sched, steps: int, grad_clip: float) -
         target += int(n)
         src, tgt = padded_tokens(batch)
         padded_src, padded_tgt = padded_src + src, padded_tgt + tgt
-        losses.append(float(loss))
+        losses.append(float(loss.detach()))
     return {"seconds": seconds, "target_tokens": target, "padded_src": padded_src, "padded_tgt": padded_tgt,
             "last_loss": losses[-1]}
 

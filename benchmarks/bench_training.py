@@ -85,7 +85,7 @@ def plain_loop(module, batches, steps: int, bf16: bool, grad_clip: float = 0.0):
         t = time.perf_counter()
         loss, n = train_step(module, batch, opt, sched, grad_clip, bf16)
         times.append(time.perf_counter() - t)
-        losses.append(float(loss))
+        losses.append(float(loss.detach()))
         tokens = n
     return times, losses, tokens
 
