@@ -48,7 +48,7 @@ def padded_tokens(batch: dict) -> tuple[int, int]:
 def timed_steps(module, loader_iter, opt, sched, steps: int, grad_clip: float) -> dict[str, float]:
     """``steps`` training steps drawing batches from ``loader_iter``; seconds, target tokens, padded positions."""
     module.train()
-    seconds, target, padded_src, padded_tgt, losses = 0.0, 0, 0, 0, []
+    seconds, target, padded_src, padded_tgt, loss = 0.0, 0, 0, 0, None
     for _ in range(steps):
         start = time.perf_counter()
         batch = next(loader_iter)
@@ -57,9 +57,8 @@ def timed_steps(module, loader_iter, opt, sched, steps: int, grad_clip: float) -
         target += int(n)
         src, tgt = padded_tokens(batch)
         padded_src, padded_tgt = padded_src + src, padded_tgt + tgt
-        losses.append(float(loss.detach()))
     return {"seconds": seconds, "target_tokens": target, "padded_src": padded_src, "padded_tgt": padded_tgt,
-            "last_loss": losses[-1]}
+            "last_loss": float(loss.detach())}
 
 
 def main() -> None:
@@ -98,19 +97,18 @@ def main() -> None:
     opt, sched = plain_loop_optimizer(module, max_steps=10 * steps * rounds)
     clip = float(base.optim.grad_clip or 0.0)
 
-    timed_steps(module, iters["token batches (preset)"], opt, sched, 2, clip)  # warm-up (allocator, kernels)
+    token_mode, sentence_mode = MODES
+    timed_steps(module, iters[token_mode], opt, sched, 2, clip)  # warm-up (allocator, kernels)
     per_mode: dict[str, list[dict]] = {mode: [] for mode in MODES}
     round_ratios = []
     for r in range(rounds):
         for mode in (list(MODES) if r % 2 == 0 else list(MODES)[::-1]):  # neither mode always goes first
             per_mode[mode].append(timed_steps(module, iters[mode], opt, sched, steps, clip))
         tps = {mode: per_mode[mode][-1]["target_tokens"] / per_mode[mode][-1]["seconds"] for mode in MODES}
-        token_mode, sentence_mode = MODES
         round_ratios.append(tps[token_mode] / tps[sentence_mode])
         print(f"round {r + 1}: " + ", ".join(f"{m} {v:.0f} target tokens/s" for m, v in tps.items())
               + f"; ratio {round_ratios[-1]:.2f}", flush=True)
 
-    token_mode, sentence_mode = MODES
     summary = {}
     for mode, runs in per_mode.items():
         seconds = sum(x["seconds"] for x in runs)
