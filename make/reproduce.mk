@@ -137,12 +137,13 @@ reproduce-ut-table6: $(STAMP) ## UT Table 6: Learning to Execute program evaluat
 # interrupted one resumes in its folder. Only RUNS is searched for finished pre-trainings (ATTNLAB_PUBLISHED_RUNS=$(RUNS)):
 # the published records carry no checkpoint for the mixture to start from. SEEDS, SCALE, HARDWARE, LAUNCHER and ARGS apply to both steps.
 T5_PRETRAIN_DIR ?= $(RUNS)/t5_pretrain
-# $(call t5_rows,pretrain) -> synthesizer/t5/pretrain_dense,...,synthesizer/t5/pretrain_transformer
-t5_rows = $(subst $(repro_space),$(repro_comma),$(sort $(patsubst $(EXPERIMENT_CONF)/%.yaml,%,$(wildcard $(EXPERIMENT_CONF)/synthesizer/t5/$(1)_*.yaml))))
+# $(call t5_rows,pretrain) -> synthesizer/t5/pretrain_dense,...,synthesizer/t5/pretrain_transformer; ROWS patterns
+# match the row part (ROWS=transformer -> pretrain_transformer and multitask_<benchmark>_transformer).
+t5_rows = $(subst $(repro_space),$(repro_comma),$(filter $(addprefix synthesizer/t5/$(1)_,$(ROWS)),$(sort $(patsubst $(EXPERIMENT_CONF)/%.yaml,%,$(wildcard $(EXPERIMENT_CONF)/synthesizer/t5/$(1)_*.yaml)))))
 
 # $(call reproduce_t5,<glue|superglue>,<table4|table5>): pre-train, train the mixture from it, build the table.
 define reproduce_t5
-	@test -n "$(call t5_rows,multitask_$(1))" || { echo "error: no presets $(EXPERIMENT_CONF)/synthesizer/t5/multitask_$(1)_*.yaml" >&2; exit 2; }
+	@test -n "$(call t5_rows,multitask_$(1))" || { echo "error: no presets $(EXPERIMENT_CONF)/synthesizer/t5/multitask_$(1)_<row>.yaml match ROWS=$(ROWS) (make patterns over <row>, e.g. ROWS='transformer random')" >&2; exit 2; }
 	ATTNLAB_SKIP_EXISTING=1 ATTNLAB_PUBLISHED_RUNS=$(RUNS) $(BIN)/attnlab-train -m experiment=$(call t5_rows,pretrain) seed=$(SEEDS) \
 		scale=$(SCALE) hardware=$(HARDWARE) paths.runs_dir=$(RUNS) hydra.sweep.dir=$(T5_PRETRAIN_DIR) \
 		'hydra.sweep.subdir=$${experiment_name}-s$${seed}' $(repro_launcher) $(ARGS)

@@ -487,6 +487,23 @@ def test_make_target_pretrains_then_trains_the_mixture_from_that_checkpoint(targ
     assert "--only synthesizer/t5" in dry.stdout
 
 
+@pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
+def test_make_target_rows_select_the_same_rows_in_pretraining_and_mixture():
+    # ROWS patterns match the row part of both preset names; a pattern that only matched "pretrain_..." names
+    # would pre-train rows whose mixture never runs, or train a mixture with no checkpoint to start from.
+    dry = subprocess.run(["make", "-n", "reproduce-synthesizer-table5-t5", "ROWS=transformer %_vanilla", "STAMP="],
+                         cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert dry.returncode == 0, dry.stderr
+    pretrain, multitask = [line for line in dry.stdout.splitlines() if "attnlab-train -m" in line]
+    rows = ["dense_vanilla", "random_vanilla", "transformer"]
+    assert "experiment=" + ",".join(f"synthesizer/t5/pretrain_{r}" for r in rows) + " " in pretrain
+    assert "experiment=" + ",".join(f"synthesizer/t5/multitask_superglue_{r}" for r in rows) + " " in multitask
+    refused = subprocess.run(["make", "reproduce-synthesizer-table4-t5", "ROWS=no_such_row", "STAMP="],
+                             cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert refused.returncode != 0 and "match ROWS=no_such_row" in refused.stderr
+    assert "attnlab-train" not in refused.stdout
+
+
 # -- slow: the whole path, tiny ---------------------------------------------------------------------------------
 @pytest.mark.slow
 def test_tiny_pretraining_then_multitask_from_its_checkpoint(tmp_path, caplog):
