@@ -49,8 +49,12 @@ demo: $(STAMP) ## Train a vanilla Transformer on the copy task (CPU, a few minut
 	@echo "CSV metrics:       $(DEMO_DIR)/csv/metrics.csv"
 	@echo "wandb offline run: $$(ls -d $(DEMO_DIR)/wandb/offline-run-* 2>/dev/null | head -n1)  (upload: wandb sync <that folder>)"
 
-test: $(STAMP) ## Run the default test tier (fast, offline; what CI runs); prints the 15 slowest tests
-	$(BIN)/python -m pytest --durations=15 $(PYTEST_ARGS)
+# The default tier runs in TEST_JOBS pytest-xdist worker processes (auto = one per CPU core; TEST_JOBS=0 runs it
+# in this process, e.g. for pdb). The slow tier stays in one process: its DDP and kill-and-resume tests start
+# processes of their own.
+TEST_JOBS ?= auto
+test: $(STAMP) ## Run the default test tier (fast, offline; what CI runs) over TEST_JOBS workers; prints the 15 slowest tests
+	$(BIN)/python -m pytest -n $(TEST_JOBS) --durations=15 $(PYTEST_ARGS)
 
 test-slow: $(STAMP) ## Run the slow tier: real training runs, DDP on CPU, notebooks
 	$(BIN)/python -m pytest -m slow $(PYTEST_ARGS)
