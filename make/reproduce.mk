@@ -44,7 +44,9 @@ repro_comma := ,
 repro_empty :=
 repro_space := $(repro_empty) $(repro_empty)
 # $(call repro_rows,ut/table4) -> ut/table4/transformer_addition,ut/table4/transformer_copy,...
-repro_rows = $(subst $(repro_space),$(repro_comma),$(filter $(addprefix $(1)/,$(ROWS)),$(sort $(patsubst $(EXPERIMENT_CONF)/%.yaml,%,$(wildcard $(EXPERIMENT_CONF)/$(1)/*.yaml)))))
+# An optional second argument is a name prefix that ROWS does not see: $(call repro_rows,synthesizer/t5,pretrain_)
+# with ROWS=transformer -> synthesizer/t5/pretrain_transformer.
+repro_rows = $(subst $(repro_space),$(repro_comma),$(filter $(addprefix $(1)/$(2),$(ROWS)),$(sort $(patsubst $(EXPERIMENT_CONF)/%.yaml,%,$(wildcard $(EXPERIMENT_CONF)/$(1)/$(2)*.yaml)))))
 # $(call repro_specs,ut/table4) -> ut/table4_addition ut/table4_copy ut/table4_reverse
 repro_specs = $(sort $(patsubst $(TABLE_SPECS)/%.yaml,%,$(wildcard $(TABLE_SPECS)/$(1).yaml $(TABLE_SPECS)/$(1)_*.yaml)))
 
@@ -139,7 +141,7 @@ reproduce-ut-table6: $(STAMP) ## UT Table 6: Learning to Execute program evaluat
 T5_PRETRAIN_DIR ?= $(RUNS)/t5_pretrain
 # $(call t5_rows,pretrain) -> synthesizer/t5/pretrain_dense,...,synthesizer/t5/pretrain_transformer; ROWS patterns
 # match the row part (ROWS=transformer -> pretrain_transformer and multitask_<benchmark>_transformer).
-t5_rows = $(subst $(repro_space),$(repro_comma),$(filter $(addprefix synthesizer/t5/$(1)_,$(ROWS)),$(sort $(patsubst $(EXPERIMENT_CONF)/%.yaml,%,$(wildcard $(EXPERIMENT_CONF)/synthesizer/t5/$(1)_*.yaml)))))
+t5_rows = $(call repro_rows,synthesizer/t5,$(1)_)
 
 # $(call reproduce_t5,<glue|superglue>,<table4|table5>): pre-train, train the mixture from it, build the table.
 define reproduce_t5
