@@ -6,7 +6,11 @@ loading torch or Lightning.
 
 from __future__ import annotations
 
+import logging
+
 from omegaconf import DictConfig, OmegaConf, open_dict
+
+log = logging.getLogger("attnlab")
 
 
 def apply_scale(cfg: DictConfig, cli_overrides: list[str] | tuple[str, ...] = ()) -> None:
@@ -19,7 +23,9 @@ def apply_scale(cfg: DictConfig, cli_overrides: list[str] | tuple[str, ...] = ()
     root block is applied last, after the scale group's own budget, so a laptop-native preset keeps its
     steps. What the user set on the command line wins: a dotted key protects itself and everything below
     it, a nested group choice (``model/attention=...``) protects that section; top-level group choices
-    (``model=...``, ``task=...``) protect nothing.
+    (``model=...``, ``task=...``) protect nothing. A block entry skipped because the command line sets a key
+    *inside* it (``task.mixing.epoch_examples=...`` against a block's ``mixing: {...}``) is logged: the rest of
+    that section then keeps the preset's paper-scale values, which is easy to miss.
     """
     explicit = []
     for override in cli_overrides:
@@ -32,6 +38,9 @@ def apply_scale(cfg: DictConfig, cli_overrides: list[str] | tuple[str, ...] = ()
     def protected(path: str) -> bool:
         return any(path == e or path.startswith(e + ".") or e.startswith(path + ".") for e in explicit)
 
+    def inside(path: str) -> list[str]:
+        return [e for e in explicit if e.startswith(path + ".")]
+
     scale = cfg.scale.name
     # A debug mode comes last in the defaults and must keep winning, over an experiment's root block too.
     sections = ("model", "task") if cfg.get("debug_mode") else ("model", "task", None)
@@ -43,5 +52,11 @@ def apply_scale(cfg: DictConfig, cli_overrides: list[str] | tuple[str, ...] = ()
                 continue
             prefix = "" if section is None else f"{section}."
             for key, value in block.items_ex(resolve=False):
-                if not protected(prefix + str(key)):
+                path = prefix + str(key)
+                if not protected(path):
                     OmegaConf.update(node, str(key), value, merge=False, force_add=True)
+                elif inside(path):
+                    log.warning("scale=%s: the at_scale entry %s is not applied because the command line sets %s "
+                                "inside it, so the rest of %s keeps the preset's paper-scale values; set those "
+                                "keys on the command line too if you want the laptop ones", scale, path,
+                                ", ".join(inside(path)), path)
