@@ -67,6 +67,32 @@ def test_records_without_a_config_file_are_told_apart_by_their_command(workspace
         _build(workspace)
 
 
+def test_init_from_is_compared_inside_its_runs_dir(workspace, put_record):
+    # Two seeds of a T5-path row, each swept into its own RUNS dir: the same pre-training step, one cell.
+    ckpt = "t5_pretrain/${pretrain_experiment}-s${seed}/checkpoints/last.ckpt"
+    for seed in (1, 2):
+        config = {"seed": seed, "init_from": f"runs_t{seed}/{ckpt}", "paths": {"runs_dir": f"runs_t{seed}"}}
+        _with_config(put_record, f"s{seed}", config, seed=seed)
+    assert _build(workspace).rows[0].cells[0].stat.n == 2
+    # Another checkpoint inside the same kind of folder is another experiment, and a path outside the runs
+    # dir is compared as written.
+    config = {"seed": 3, "init_from": "runs_t3/other/last.ckpt", "paths": {"runs_dir": "runs_t3"}}
+    _with_config(put_record, "s3", config, seed=3)
+    other = r"init_from: '\$\{paths.runs_dir\}/t5_pretrain.* vs '\$\{paths.runs_dir\}/other"
+    with pytest.raises(TableError, match=other):
+        _build(workspace)
+
+
+def test_init_from_in_a_command_is_compared_inside_its_runs_dir(workspace, put_record):
+    for seed in (1, 2):
+        put_record(f"s{seed}", seed=seed, command=f"attnlab-train experiment=x seed={seed} paths.runs_dir=r{seed} "
+                                                  f"init_from=r{seed}/pre/last.ckpt")
+    assert _build(workspace).rows[0].cells[0].stat.n == 2
+    put_record("s3", seed=3, command="attnlab-train experiment=x seed=3 init_from=/elsewhere/last.ckpt")
+    with pytest.raises(TableError, match=r"override:init_from"):
+        _build(workspace)
+
+
 def test_a_key_added_to_a_preset_later_does_not_split_a_cell(workspace, put_record):
     base = {"seed": 1, "model": {"d_model": 128}}
     _with_config(put_record, "old", base, seed=1)

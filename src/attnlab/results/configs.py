@@ -8,6 +8,10 @@ both published), minus the top-level ``seed`` and the keys that never change a r
 falls back to the fields of the record that name its configuration: experiment, task, model, scale,
 hardware, and the overrides of its command.
 
+``init_from`` (the checkpoint a run starts from, e.g. the T5 path's pre-training) is compared relative to the
+run's ``paths.runs_dir``: ``runs_t1/t5_pretrain/...`` and ``runs_t2/t5_pretrain/...`` name the same step of two
+sweeps kept in different folders, as paths never change a result.
+
 Two configurations are the same when they agree on every key both have: a key that only one has was added
 to (or removed from) a preset after the other ran, with its old behaviour as the default (the rule for
 adding keys, README "Tables"), so a committed record stays valid when a preset grows.
@@ -32,6 +36,17 @@ BEFORE_SCALE_CONFIG = Path(".hydra") / "config_before_scale.yaml"
 _NOT_CONFIG = ("seed", "paths.", "hydra", "logger", "+logger", "callbacks.record_attention")
 
 
+RUNS_DIR = "${paths.runs_dir}"
+
+
+def relative_init_from(init_from: Any, runs_dir: Any) -> Any:
+    """``init_from`` with a leading ``<runs_dir>/`` written as ``${paths.runs_dir}/`` (else unchanged)."""
+    if not isinstance(init_from, str) or not isinstance(runs_dir, str) or not runs_dir.strip("/"):
+        return init_from
+    prefix = runs_dir.rstrip("/") + "/"
+    return RUNS_DIR + "/" + init_from[len(prefix):] if init_from.startswith(prefix) else init_from
+
+
 def _flatten(node: Any, prefix: str, out: dict[str, Any]) -> None:
     if isinstance(node, Mapping) and node:
         for key, value in node.items():
@@ -41,12 +56,16 @@ def _flatten(node: Any, prefix: str, out: dict[str, Any]) -> None:
 
 
 def _command_overrides(command: Any) -> dict[str, str]:
-    out = {}
+    out, runs_dir = {}, None
     for token in str(command or "").split()[1:]:
         key, sep, value = token.partition("=")
         key = key.lstrip("+~")
+        if key == "paths.runs_dir":
+            runs_dir = value
         if sep and not token.startswith("-") and not key.startswith(_NOT_CONFIG):
             out[f"override:{key}"] = value
+    if "override:init_from" in out:
+        out["override:init_from"] = relative_init_from(out["override:init_from"], runs_dir)
     return out
 
 
@@ -62,6 +81,10 @@ def seedless_config(record_path: Path | None, data: Mapping[str, Any]) -> dict[s
         except (OSError, UnicodeDecodeError, UnsafeYamlError):
             config = None
         if isinstance(config, Mapping):
+            config = dict(config)
+            if "init_from" in config:
+                paths = config.get("paths") if isinstance(config.get("paths"), Mapping) else {}
+                config["init_from"] = relative_init_from(config["init_from"], paths.get("runs_dir"))
             stripped = _strip({k: v for k, v in config.items() if k != "seed"}, DEFAULT_HASH_EXCLUDE, "")
             flat: dict[str, Any] = {}
             _flatten(stripped, "", flat)
