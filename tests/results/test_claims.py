@@ -170,6 +170,29 @@ def test_a_claim_whose_precondition_the_runs_miss_is_inconclusive(workspace, put
     assert unrecorded.status == INCONCLUSIVE and "do not record extra.nothing" in unrecorded.reason
 
 
+def test_a_precondition_on_several_rows_needs_one_of_them_to_meet_it_in_every_run(workspace, put_record):
+    # "UT above the Transformer" says something once either row beats a context-free output: here the UT does
+    # in every run, the Transformer in none, so the claim is tested (and holds); with the bound raised above the
+    # UT's weakest seed no row meets it and the claim is inconclusive, naming each row's worst run.
+    _seeds(put_record, "stacked", [0.10, 0.11, 0.12])
+    _seeds(put_record, "ut", [0.50, 0.61, 0.70])
+    learned = {"row": ["UT", "Transformer"], "field": "metrics.final.test/seq_acc", "at_least": 0.3}
+    results = _evaluate(workspace, [
+        {**_claim("either learned", "greater"), "requires": learned},
+        {**_claim("neither learned", "greater"), "requires": {**learned, "at_least": 0.55}},
+        {**_claim("transformer alone", "greater"), "requires": {**learned, "row": "Transformer"}},
+    ])  # fmt: skip
+    assert results["either learned"].status == HELD
+    assert results["neither learned"].status == INCONCLUSIVE
+    assert results["neither learned"].reason == (
+        "the runs do not test the claim: UT or Transformer: metrics.final.test/seq_acc >= 0.55 needed, no row meets "
+        "it (UT: a run has 0.5, Transformer: a run has 0.1)")
+    assert results["transformer alone"].status == INCONCLUSIVE
+    with pytest.raises(SpecError, match="'LSTM' is not a row label"):
+        spec_from_dict({**SPEC, "claims": [{**_claim("x", "greater"), "requires": {**learned, "row": ["UT", "LSTM"]}}]},
+                       "toy/t1")  # fmt: skip
+
+
 def test_a_failed_seed_beside_completed_ones_is_said_with_the_result(workspace, put_record):
     _seeds(put_record, "stacked", [0.30, 0.31, 0.32])
     _seeds(put_record, "ut", [0.50, 0.51, 0.52])

@@ -24,7 +24,7 @@ import math
 from dataclasses import dataclass
 
 from attnlab.results.build import BuiltTable, RowResult, get_field
-from attnlab.results.spec import ClaimSpec
+from attnlab.results.spec import ClaimSpec, Requirement
 from attnlab.results.stats import CONFIDENCE, SEEDS_LIMIT, Interval, seeds_to_decide, welch_interval
 
 HELD, NOT_HELD, INCONCLUSIVE, NOT_RUN = "held", "not held", "inconclusive", "not run"
@@ -129,16 +129,28 @@ def _unmet_requirements(built: BuiltTable, claim: ClaimSpec) -> str:
     """Why the completed runs do not meet the claim's preconditions ('' when they do)."""
     problems = []
     for req in claim.requires:
-        row = next(r for r in built.rows if r.spec.label == req.row)
-        values = [get_field(r.data, req.field) for r in row.used]
-        numbers = [v for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)]
-        if len(numbers) < len(values) or not values:
-            problems.append(f"{req.row} runs do not record {req.field}")
+        shortfalls = [_row_shortfall(built, label, req) for label in req.rows]
+        if not all(shortfalls):  # met when one of the listed rows meets it in every run
             continue
-        worst = max(numbers) if req.at_most is not None else min(numbers)
-        if (req.at_most is not None and worst > req.at_most) or (req.at_least is not None and worst < req.at_least):
-            problems.append(f"{req.describe()} needed, a run has {worst:.3g}")
+        if len(shortfalls) == 1:
+            problems.append(shortfalls[0])
+        else:
+            problems.append(f"{req.describe()} needed, no row meets it ({', '.join(shortfalls)})")
     return "; ".join(problems)
+
+
+def _row_shortfall(built: BuiltTable, label: str, req: Requirement) -> str:
+    """How the runs of one row miss a requirement ('' when every run meets it)."""
+    row = next(r for r in built.rows if r.spec.label == label)
+    values = [get_field(r.data, req.field) for r in row.used]
+    numbers = [v for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)]
+    if len(numbers) < len(values) or not values:
+        return f"{label} runs do not record {req.field}"
+    worst = max(numbers) if req.at_most is not None else min(numbers)
+    if (req.at_most is not None and worst > req.at_most) or (req.at_least is not None and worst < req.at_least):
+        short = f"a run has {worst:.3g}"
+        return f"{req.describe()} needed, {short}" if len(req.rows) == 1 else f"{label}: {short}"
+    return ""
 
 
 def evaluate_claims(built: BuiltTable) -> list[ClaimResult]:

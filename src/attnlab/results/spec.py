@@ -86,16 +86,20 @@ CLAIM_TESTS: dict[str, Any] = {
 
 @dataclass
 class Requirement:
-    """What the runs of a row must show for a claim to be tested at all (e.g. BigBird really sparse)."""
+    """What the runs of a row must show for a claim to be tested at all (e.g. BigBird really sparse).
 
-    row: str
+    ``rows`` holds one row label, or several when it is enough that one of them meets the bound in every run
+    (e.g. "UT above the Transformer" says something once either row does better than a context-free output).
+    """
+
+    rows: tuple[str, ...]
     field: str  # a dotted record field, e.g. extra.attention_coverage.attended_fraction_mean
     at_most: float | None = None
     at_least: float | None = None
 
     def describe(self) -> str:
         bound = f"<= {self.at_most:g}" if self.at_most is not None else f">= {self.at_least:g}"
-        return f"{self.row}: {self.field} {bound}"
+        return f"{' or '.join(self.rows)}: {self.field} {bound}"
 
 
 @dataclass
@@ -328,16 +332,20 @@ def _requirements(items: Any, rows: list[str], where: str) -> list[Requirement]:
     for i, r in enumerate(items):
         w = f"{where}: requires[{i}]"
         if not isinstance(r, Mapping) or not r.get("row") or not r.get("field"):
-            raise SpecError(f"{w}: needs row, field and at_most or at_least")
+            raise SpecError(f"{w}: needs row (a row label, or a list of them), field and at_most or at_least")
         _unknown(w, r, _REQUIRE_KEYS)
-        if r["row"] not in rows:
-            raise SpecError(f"{w}: row {r['row']!r} is not a row label (rows: {', '.join(rows)})")
+        labels = r["row"] if isinstance(r["row"], list) else [r["row"]]
+        for label in labels:
+            if not isinstance(label, str) or label not in rows:
+                raise SpecError(f"{w}: row {label!r} is not a row label (rows: {', '.join(rows)})")
+        if len(set(labels)) != len(labels):
+            raise SpecError(f"{w}: row lists a label twice")
         bounds = [r.get(k) for k in ("at_most", "at_least")]
         if sum(b is not None for b in bounds) != 1 or any(
             b is not None and (isinstance(b, bool) or not isinstance(b, (int, float))) for b in bounds
         ):
             raise SpecError(f"{w}: give exactly one of at_most or at_least, a number")
-        out.append(Requirement(str(r["row"]), str(r["field"]), *(None if b is None else float(b) for b in bounds)))
+        out.append(Requirement(tuple(labels), str(r["field"]), *(None if b is None else float(b) for b in bounds)))
     return out
 
 
