@@ -66,3 +66,37 @@ def test_padding_does_not_change_real_positions():
     padded, _ = model(torch.cat([src, torch.zeros(1, 4, dtype=torch.long)], 1),
                       torch.cat([tgt, torch.zeros(1, 3, dtype=torch.long)], 1))
     assert torch.allclose(padded[:, :5], base, atol=1e-5)
+
+
+def _every_network():
+    """(name, builder) for every network class ``attnlab.models`` exports, at a size with 3 attention layers
+    per stack and a BigBird self-attention that draws random blocks."""
+    import attnlab.models as models
+
+    cfg = {**CFG, "encoder_layers": 3, "decoder_layers": 3,
+           "attention": {"name": "bigbird", "block_size": 4, "num_random_blocks": 2, "dense_fallback_len": 0}}
+    builders = {
+        "EncoderDecoder": lambda: models.EncoderDecoder(cfg, src_vocab=10, tgt_vocab=10, pad_id=0, max_len=64),
+        "DecoderLM": lambda: models.DecoderLM(cfg, vocab=10, pad_id=0, max_len=64),
+        "EncoderClassifier": lambda: models.EncoderClassifier(cfg, vocab=10, pad_id=0, max_len=64, num_classes=2),
+        "EncoderMLM": lambda: models.EncoderMLM(cfg, vocab=10, pad_id=0, max_len=64),
+    }
+    exported = {n for n in models.__all__ if isinstance(getattr(models, n), type)
+                and issubclass(getattr(models, n), torch.nn.Module) and n != "Embedding"}
+    assert exported == set(builders), f"a network without a case here: {sorted(exported - set(builders))}"
+    return sorted(builders.items())
+
+
+@pytest.mark.parametrize(("name", "build"), _every_network())
+def test_every_network_numbers_its_attention_layers_so_each_draws_its_own_plan(name, build):
+    """Fails when a network forgets ``number_attention_layers``: every layer then keeps layer 0's BigBird plan
+    (the masked LM did so until 2026-12-04, issue 42)."""
+    from attnlab.attention.bigbird import BigBirdAttention
+
+    torch.manual_seed(3)
+    sparse = [m for m in build().modules() if isinstance(m, BigBirdAttention)]
+    assert len(sparse) >= 3
+    indices = [m.layer_index for m in sparse]  # cross-attention modules are numbered too, between them
+    assert indices == sorted(set(indices)) and indices[0] == 0
+    plans = [m.random_blocks for m in sparse]
+    assert all(not torch.equal(a, b) for i, a in enumerate(plans) for b in plans[i + 1:])

@@ -220,6 +220,7 @@ class EncoderMLM(nn.Module):
         spec = _spec(cfg, max_len)
         self.pad_id = pad_id
         self.encoder = build_encoder_stack(dict(cfg["recurrence"]), spec, cfg["encoder_layers"])
+        number_attention_layers(self)  # without it every layer drew layer 0's BigBird plan (before 2026-12-04)
         self.embed = Embedding(vocab, cfg["d_model"], pad_id=pad_id, max_len=max_len,
                                positions=cfg["positions"], dropout=cfg["dropout"])
         d = cfg["d_model"]
