@@ -39,6 +39,9 @@ def test_ddp_sim_two_cpu_processes(tmp_path):
     assert record["metrics"]["final"]["test/seq_acc"] is not None
     # one run folder only: the second process reuses the first one's folder (no duplicate outputs)
     assert [p.name for p in tmp_path.iterdir() if p.is_dir()] == ["run"]
+    # one writer per log file: rank 0's train.log holds the run's lines once, the child logs beside it
+    assert sorted(p.name for p in run_dir.glob("*.log")) == ["train.log", "train.node0-local1.log"]
+    assert (run_dir / "train.log").read_text().count("run folder: ") == 1
 
 
 def test_multirun_sweep_writes_one_record_per_job(tmp_path):

@@ -5,7 +5,13 @@ from __future__ import annotations
 import re
 import sys
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
+
+from attnlab.training.launch import log_file_name
+
+# The run folder's log file, per process of a DDP run (hydra/job_logging/attnlab.yaml): every CLI imports this
+# module before Hydra configures logging.
+OmegaConf.register_new_resolver("attnlab_log_file", lambda: log_file_name(), replace=True)
 
 # Arguments that make Hydra do something other than one plain run (help, info, multirun, shell
 # completion): preflight leaves those to Hydra.

@@ -34,6 +34,7 @@ from attnlab.cli.common import (
     run_errors,
     user_errors,
 )
+from attnlab.training.launch import is_launch_rank_zero
 
 log = logging.getLogger("attnlab")
 
@@ -53,6 +54,18 @@ def hydra_main(cfg: DictConfig) -> None:
     command = " ".join(["attnlab-train", *overrides])
     multirun = hc.mode.name == "MULTIRUN"
     out = hc.runtime.output_dir
+    if not is_launch_rank_zero():
+        # Another process of a DDP run (Lightning's child, a torchrun or SLURM rank): global rank 0 owns the
+        # folder (lock, config, records); this one trains and writes nothing of its own but its log.
+        _run_as_other_rank(cfg, out, command, overrides)
+        return
+    if multirun:
+        try:  # main() refused such a sweep already; this catches a choice it could not expand (a range)
+            check_no_spawned_processes(cfg)
+        except user_errors() as exc:
+            log.error("job failed: %s", exc)
+            _FAILED_JOBS[out] = str(exc)
+            return
     try:
         lock = RunFolderLock(out).acquire()  # one run per folder; released however this job ends
     except RunFolderBusy as exc:  # the folder and its record belong to the live run: write nothing
@@ -94,6 +107,35 @@ def hydra_main(cfg: DictConfig) -> None:
     log.info("run record: %s/results.json", record["run_dir"])
     for key, value in shown.items():
         log.info("  %-28s %s", key, "n/a" if value is None else f"{value:.4f}")
+
+
+def _run_as_other_rank(cfg: DictConfig, out: str, command: str, overrides: list[str]) -> None:
+    """A DDP process other than global rank 0: train in rank 0's folder without taking its lock or writing
+    a record; bad input or a fault ends this process with its one line (rank 0 reports and records it)."""
+    from attnlab.training.checkpointing import Preempted
+    from attnlab.training.run import run
+
+    try:
+        run(cfg, run_dir=out, command=command, cli_overrides=overrides)
+    except Preempted as exc:
+        fail(str(exc), code=128 + int(exc.signum))
+    except user_errors() + run_errors() as exc:
+        fail(one_line(exc), code=2 if isinstance(exc, user_errors()) else 1)
+
+
+def check_no_spawned_processes(cfg: DictConfig) -> None:
+    """A sweep (``-m``) may not ask Lightning to start processes: each child it starts reruns the command,
+    i.e. the whole sweep. Multi-device sweeps go through torchrun or SLURM tasks, which start every rank."""
+    from attnlab.training.config import ConfigError
+    from attnlab.training.launch import processes_started_outside
+
+    world = int(cfg.hardware.devices) * int(cfg.hardware.num_nodes)
+    if world > 1 and not processes_started_outside():
+        raise ConfigError(
+            f"a -m sweep cannot run hardware={cfg.hardware.name} ({world} processes): Lightning would start "
+            f"each process by rerunning the whole sweep; run one configuration per command, or launch the "
+            f"sweep's ranks with torchrun (torchrun --nproc_per_node={cfg.hardware.devices} -m attnlab.train "
+            f"-m ...) or SLURM (hydra/launcher=submitit_slurm_attnlab)")
 
 
 # Jobs of a sweep that failed in this process ({run folder: reason}); jobs of other launchers (joblib, SLURM)
@@ -182,7 +224,8 @@ def main(argv: list[str] | None = None) -> None:
         fail(one_line(exc))
     if show_config(argv):
         return
-    if not any(a in HYDRA_FLAGS or a.startswith(tuple(f + "=" for f in HYDRA_FLAGS)) for a in argv):
+    plain_run = not any(a in HYDRA_FLAGS or a.startswith(tuple(f + "=" for f in HYDRA_FLAGS)) for a in argv)
+    if plain_run and is_launch_rank_zero():  # other ranks use the folder rank 0 holds
         from attnlab.training.storage import RunFolderLock, busy_message, check_can_create
 
         try:
@@ -195,6 +238,11 @@ def main(argv: list[str] | None = None) -> None:
         if owner is not None:
             fail(busy_message(run_dir, owner))
     multirun = any(a in ("-m", "--multirun") for a in argv)
+    if multirun and is_launch_rank_zero():
+        try:
+            check_sweep_spawns_no_processes(argv)
+        except user_errors() as exc:
+            fail(one_line(exc))
     if multirun and not any(a.startswith("hydra.sweep.dir=") for a in argv):
         try:  # name the sweep folder now (as Hydra would), to find its failed jobs afterwards
             argv = [*argv, f'hydra.sweep.dir="{_planned_dir(argv, "sweep")}"']
@@ -213,6 +261,28 @@ def main(argv: list[str] | None = None) -> None:
             for folder, reason in sorted(failed.items()):
                 print(f"  {folder}: {reason}", file=sys.stderr)
             raise SystemExit(1)
+
+
+def check_sweep_spawns_no_processes(argv: list[str]) -> None:
+    """Before a sweep starts: refuse it (``check_no_spawned_processes``) if any of its hardware choices asks
+    for several processes that Lightning would start itself. A SLURM launcher starts every rank as a task."""
+    import itertools
+
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    plain = [a for a in argv if not a.startswith("-")]
+    if any(a.startswith("hydra/launcher=submitit") for a in plain):
+        return
+    parsed = OverridesParser.create().parse_overrides(plain)
+    fixed = [a for a, o in zip(plain, parsed) if not o.is_sweep_override()]
+    choices = []
+    for o in parsed:
+        if o.is_sweep_override() and o.get_key_element().lstrip("+~").startswith("hardware"):
+            values = [str(v) for v in o.sweep_string_iterator()] if o.is_discrete_sweep() else []
+            choices.append([f"{o.get_key_element()}={v}" for v in values] or [None])
+    for combination in itertools.product(*choices) if choices else [()]:
+        cfg = compose("train", [*fixed, *(c for c in combination if c is not None)])
+        check_no_spawned_processes(cfg)
 
 
 def _planned_run_dir(argv: list[str]) -> str:

@@ -47,6 +47,7 @@ from attnlab.training.faults import (
     check_writable,
     checkpoint_bytes,
 )
+from attnlab.training.launch import is_launch_rank_zero
 from attnlab.training.modules import MODULES, TaskModule, count_parameters
 from attnlab.training.resumable import ResumableCSVLogger, ResumableDataModule
 from attnlab.training.scale import apply_scale  # noqa: F401 - re-exported: run, eval and tests apply it here
@@ -236,7 +237,8 @@ def select_checkpoint(cfg: DictConfig, run_dir: Path) -> tuple[Path, dict[str, A
     """The checkpoint this run resumes from: ``ckpt_path`` if given, else (``resume=auto``) the newest
     complete one in the run folder, else None (a fresh start)."""
     ckpt_dir = run_dir / "checkpoints"
-    remove_partial_files(ckpt_dir)
+    if is_launch_rank_zero():  # the folder's owner tidies it; the other ranks read what is there
+        remove_partial_files(ckpt_dir)
     if cfg.get("ckpt_path"):
         path = Path(cfg.ckpt_path)
         return path, load_checkpoint_file(path)
