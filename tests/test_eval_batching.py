@@ -11,23 +11,27 @@ import torch
 from attnlab.decoding import greedy_decode
 from attnlab.decoding.search import beam_search_reference
 from attnlab.tasks.batching import IndexedDataset, IndexedSeq2SeqCollate
-from attnlab.training.data import LengthSortedEvalSampler, TaskDataModule
+from attnlab.training.data import EvalBatchSampler, TaskDataModule
 from attnlab.training.run import build_module, build_task_data
 from tests.conftest import TINY, TINY_ALGO, compose
 
 
-def test_length_sorted_eval_sampler_covers_every_example_once_in_length_order():
+def test_eval_batch_sampler_covers_every_example_once_in_length_order():
     rng = random.Random(0)
     lengths = [rng.randint(1, 30) for _ in range(23)]
-    one = list(LengthSortedEvalSampler(range(23), lengths, batch_size=4))
-    assert [len(b) for b in one] == [4] * 5 + [3]
+    one = list(EvalBatchSampler(range(23), batch_size=4, lengths=lengths))
+    assert [len(b) for b in one] == [4] * 5 + [3] and [b.number for b in one] == list(range(6))
     flat = [i for b in one for i in b]
     assert flat == sorted(range(23), key=lambda i: (lengths[i], i))
-    # DDP: every rank gets the same number of batches, and together they hold every example
-    shards = [list(LengthSortedEvalSampler(range(23), lengths, batch_size=4, num_replicas=4, rank=r))
+    assert [i for b in EvalBatchSampler(range(23), batch_size=4) for i in b] == list(range(23))  # split order
+    # DDP: every rank runs the same number of steps; the batches that are not repeats are the one-process
+    # batches, each once, with the one-process numbers (a rank's repeats are marked, never scored)
+    shards = [list(EvalBatchSampler(range(23), batch_size=4, lengths=lengths, num_replicas=4, rank=r))
               for r in range(4)]
     assert {len(s) for s in shards} == {2}
-    assert sorted({i for s in shards for b in s for i in b}) == list(range(23))
+    scored = sorted((b.number, list(b)) for s in shards for b in s if not b.repeat)
+    assert scored == [(b.number, list(b)) for b in one]
+    assert sum(b.repeat for s in shards for b in s) == 2
 
 
 @pytest.mark.parametrize("strategy", ["greedy", "beam"])
@@ -59,7 +63,7 @@ def test_seq2seq_test_outputs_are_scored_in_reference_order(strategy, tmp_path):
     with torch.no_grad():
         for batch in loader:
             widths.append(batch["src"].shape[1])
-            module.test_step(batch, 0)
+            module.test_step(batch, 0)  # pops the batch's place in the split
     assert widths == sorted(widths) and widths[0] < widths[-1]
     module._score_split(0)
     assert [ref for _, ref in scored] == references

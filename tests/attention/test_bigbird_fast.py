@@ -218,3 +218,97 @@ def test_flex_past_the_recompile_limit_logs_once_and_stays_sparse(caplog, monkey
     assert len(warnings) == 1
     torch._dynamo.reset()
     blocksparse_flex._compiled.cache_clear()
+
+
+def _auto_on_cpu(monkeypatch, flex_kernel):
+    """``impl=auto`` with the CPU treated as a FlexAttention device and ``flex_kernel`` as its kernel, so the
+    self-test's decisions are exercised without a GPU."""
+    import attnlab.attention.bigbird as bigbird
+
+    monkeypatch.setattr(bigbird, "FLEX_AUTO_DEVICES", ("cuda", "cpu"))
+    monkeypatch.setattr(bigbird, "flex_available", lambda device, need_grad: True)
+    monkeypatch.setattr(bigbird, "flex_blocksparse_attention", flex_kernel)
+    monkeypatch.setattr(bigbird, "FLEX_SELF_TESTS", {})
+    kw = dict(d_model=D_MODEL, num_heads=HEADS, max_len=64, block_size=4, num_random_blocks=1, dense_fallback_len=0)
+    torch.manual_seed(0)
+    return build_attention("bigbird", **kw)
+
+
+def _failing_backward(q, k, v, plan, **kw):
+    class NoBackward(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return x.clone()
+
+        @staticmethod
+        def backward(ctx, g):
+            raise RuntimeError("NoValidChoicesError: no valid backward tile for Q_BLOCK_SIZE=64\nmore detail")
+
+    return NoBackward.apply(blocksparse_attention(q, k, v, plan, **kw))
+
+
+@pytest.mark.parametrize(("kernel", "verdict"), [
+    ("correct", "flex"), ("crashes_in_backward", "blocked"), ("wrong_values", "blocked")])
+def test_auto_uses_flex_only_after_its_self_test_passes_at_the_run_shape(kernel, verdict, monkeypatch, caplog):
+    """Issue 42.5: a FlexAttention backward that cannot compile used to fail inside loss.backward(), where no
+    fallback could catch it; impl=auto now runs forward + backward once per shape and logs its choice."""
+    import logging
+
+    import attnlab.attention.bigbird as bigbird
+
+    fakes = {"correct": blocksparse_attention, "crashes_in_backward": _failing_backward,
+             "wrong_values": lambda q, k, v, plan, **kw: 1.1 * blocksparse_attention(q, k, v, plan, **kw)}
+    module = _auto_on_cpu(monkeypatch, fakes[kernel]).train()
+    reference = build_attention("bigbird", impl="reference", d_model=D_MODEL, num_heads=HEADS, max_len=64,
+                                block_size=4, num_random_blocks=1, dense_fallback_len=0).train()
+    reference.load_state_dict(module.state_dict())
+    x = torch.randn(2, 30, D_MODEL, requires_grad=True)
+    with caplog.at_level(logging.INFO, logger="attnlab.attention.bigbird"):
+        assert module.kernel_for(torch.device("cpu"), True, dtype=torch.float32, length=30, padded=False) == verdict
+        out = module(x)  # the same shape again: no second self-test, and the chosen kernel serves it
+        out.sum().backward()
+    lines = [r.getMessage() for r in caplog.records if "impl=auto" in r.getMessage()]
+    assert len(lines) == 1 and len(bigbird.FLEX_SELF_TESTS) == 1, lines
+    assert ("self-test passed" in lines[0]) == (verdict == "flex")
+    if kernel == "crashes_in_backward":
+        assert "NoValidChoicesError" in lines[0] and "more detail" not in lines[0]
+    if kernel == "wrong_values":
+        assert "output differs from the reference" in lines[0]
+    torch.testing.assert_close(out, reference(x), atol=1e-5, rtol=1e-5)
+    # a forward-only call is another shape: tested on its own (the crashing backward is not needed there)
+    with torch.no_grad():
+        forward_only = module.kernel_for(torch.device("cpu"), False, dtype=torch.float32, length=30, padded=False)
+    assert forward_only == ("blocked" if kernel == "wrong_values" else "flex")
+
+
+@pytest.mark.slow
+def test_auto_falls_back_when_compiled_flex_has_no_backward_on_this_device(monkeypatch):
+    """The real failure, on CPU: torch's compiled FlexAttention has no CPU backward."""
+    module = _auto_on_cpu(monkeypatch, flex_blocksparse_attention)
+    assert module.kernel_for(torch.device("cpu"), True, dtype=torch.float32, length=64, padded=True) == "blocked"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_auto_on_cuda_at_the_paper_block_trains_in_each_dtype_and_equals_the_reference(causal, dtype):
+    """Blocks of 64 (the paper's), per-head plans, padding, fp32 and bf16: ``impl=auto`` must never crash and
+    whichever kernel it picks must match the reference (issue 35: Hopper's default flex tiles are 128)."""
+    kw = dict(d_model=256, num_heads=4, max_len=2048, block_size=64, num_random_blocks=3, causal=causal,
+              dense_fallback_len=0)
+    torch.manual_seed(0)
+    auto = build_attention("bigbird", **kw).cuda().train()
+    reference = build_attention("bigbird", impl="reference", **kw).cuda().train()
+    reference.load_state_dict(auto.state_dict())
+    x = torch.randn(2, 1500, 256, device="cuda")
+    pad = torch.arange(1500, device="cuda")[None] >= torch.tensor([1500, 1100], device="cuda")[:, None]
+    grads = []
+    for module in (auto, reference):
+        inputs = x.clone().requires_grad_()
+        with torch.autocast("cuda", dtype=dtype, enabled=dtype != torch.float32):
+            out = module(inputs, key_padding_mask=pad)
+        out.float()[~pad].square().sum().backward()
+        grads.append((out.float()[~pad], inputs.grad))
+    tolerance = 2e-3 if dtype == torch.float32 else 6e-2
+    for a, b in zip(*grads):
+        torch.testing.assert_close(a, b, atol=tolerance, rtol=tolerance)

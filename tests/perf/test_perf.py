@@ -198,3 +198,67 @@ def test_committed_readme_benchmark_block_matches_results_bench():
 
     text = summary.README.read_text()
     assert summary.replace_block(text, summary.render()) == text, "run `python benchmarks/summary.py`"
+
+
+def _bigbird_mlm(impl: str, layers: int = 2):
+    from attnlab.training.modules import MaskedLMModule
+
+    attention = {"name": "bigbird", "block_size": 4, "window_blocks": 3, "num_global_blocks": 1,
+                 "num_random_blocks": 1, "dense_fallback_len": 0, "impl": impl}
+    model = dict(d_model=16, num_heads=2, d_ff=32, encoder_layers=layers, decoder_layers=0, dropout=0.1,
+                 attention_dropout=0.0, activation_dropout=0.0, activation="relu", norm_first=True,
+                 positions="sinusoidal", share_embeddings=True, tie_output=True, max_len=32,
+                 cross_attention="auto", attention=attention, recurrence={"name": "stacked"})
+    torch.manual_seed(0)
+    return MaskedLMModule(model, dict(label_smoothing=0.0), dict(kind="mlm", vocab_size=40, pad_id=0,
+                                                                 eval_splits={"test": "test"}), {})
+
+
+def _mlm_batch(rows: int = 3, length: int = 32):
+    g = torch.Generator().manual_seed(1)
+    target = torch.randint(4, 40, (rows, length), generator=g)
+    scored = torch.rand(rows, length, generator=g) < 0.2
+    return {"ids": target.masked_fill(scored, 39), "target": target, "scored": scored,
+            "chars": torch.full((rows, length), 3)}
+
+
+def test_training_flops_count_the_executed_bigbird_blocks_whichever_kernel_serves_the_run(monkeypatch):
+    """Issue 42: the blocked kernel computes in worker threads the FLOP counter does not see (its attention
+    counted as 0) and eager FlexAttention makes the counter raise; counting runs the reference kernel, so the
+    count is the same for every kernel and its attention share is the plan's executed blocks."""
+    import attnlab.attention.bigbird as bigbird
+
+    batch = _mlm_batch()
+    counts = {impl: perf.count_training_flops(_bigbird_mlm(impl), batch) for impl in ("reference", "blocked", "flex")}
+    assert len(set(counts.values())) == 1, counts
+    flops, tokens = counts["reference"]
+    assert tokens == 3 * 32
+    # The attention core alone, from the plan tables (an independent count): per layer and head, the sparse
+    # rows multiply R x K gathered key blocks of bs x bs (QK^T and PV), the global rows every key; forward
+    # 2 matmuls of 2 * bs * keys * dh FLOPs per query block, backward twice the forward.
+    module = _bigbird_mlm("reference")
+    plans = [m.plan_for_length(32) for m in module.modules() if isinstance(m, bigbird.BigBirdAttention)]
+    bs, dh, heads, rows = 4, 8, 2, 3
+    expected = 0
+    for plan in plans:
+        r, k = plan.key_blocks.shape[1:]
+        per_head = 2 * 2 * dh * bs * (r * k * bs + plan.dense_rows.numel() * 32)
+        expected += 3 * rows * heads * per_head
+    monkeypatch.setattr(bigbird, "blocksparse_attention", lambda q, k, v, plan, **kw: q + k + v)  # no matmul
+    without_core, _ = perf.count_training_flops(_bigbird_mlm("reference"), batch)
+    assert flops - without_core == expected
+
+
+def test_counting_flops_leaves_the_run_unchanged():
+    """The counting pass is an extra forward and backward: it must not draw from the run's random state
+    (dropout would then differ from a run without the MFU callback) nor leave gradients behind."""
+    module = _bigbird_mlm("blocked").train()
+    batch = _mlm_batch()
+    for p in module.parameters():
+        p.grad = torch.full_like(p, 0.5)
+    torch.manual_seed(5)
+    perf.count_training_flops(module, batch)
+    after = torch.rand(4)
+    torch.manual_seed(5)
+    assert torch.equal(after, torch.rand(4))
+    assert all(torch.equal(p.grad, torch.full_like(p, 0.5)) for p in module.parameters())

@@ -13,7 +13,14 @@ from attnlab.attention import (  # noqa: F401  (each import registers its varian
     synth_random,
     vanilla,
 )
-from attnlab.attention.base import Attention, AttentionError, Capabilities, number_attention_layers, reorder_cache
+from attnlab.attention.base import (
+    Attention,
+    AttentionError,
+    Capabilities,
+    countable_kernels,
+    number_attention_layers,
+    reorder_cache,
+)
 from attnlab.attention.bigbird import bigbird_reference_allowed, build_bigbird_plan, draw_random_blocks
 from attnlab.attention.qknorm import qknorm_g0
 from attnlab.attention.registry import available, build_attention, get_entry, register_attention
@@ -28,6 +35,7 @@ __all__ = [
     "build_attention",
     "draw_random_blocks",
     "get_entry",
+    "countable_kernels",
     "number_attention_layers",
     "qknorm_g0",
     "register_attention",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -65,6 +66,9 @@ class Attention(nn.Module):
     # Set on an instance only inside ``recording.record_attention_weights``; the class default keeps the
     # normal path to one attribute check.
     _weights_sink: Callable[[Any], None] | None = None
+    # True on an instance only inside ``countable_kernels``: a variant with fast kernels then runs its
+    # pure-PyTorch reference, whose operations a FLOP counter sees (compiled or threaded kernels it does not).
+    counting_flops: bool = False
 
     def __init__(
         self,
@@ -140,6 +144,22 @@ def _outermost_attention(modules):
             yield module
         else:
             yield from _outermost_attention(module.children())
+
+
+@contextmanager
+def countable_kernels(model: nn.Module):
+    """Inside: every attention module of ``model`` computes with its reference kernel (same values, plain
+    tensor operations in the calling thread), so ``torch.utils.flop_counter.FlopCounterMode`` counts what it
+    executes. Outside of it, compiled FlexAttention is invisible to the counter (and eager FlexAttention makes
+    it raise), and the blocked CPU kernel computes in worker threads the counter does not watch."""
+    modules = [m for m in model.modules() if isinstance(m, Attention)]
+    for m in modules:
+        m.counting_flops = True
+    try:
+        yield
+    finally:
+        for m in modules:
+            del m.counting_flops  # back to the class default
 
 
 def number_attention_layers(model: nn.Module, run_seed: int | None = None) -> int:

@@ -45,6 +45,54 @@ class BigBirdOptions:
 
 
 IMPLS = ("auto", "reference", "blocked", "flex")
+
+# Devices where impl=auto considers FlexAttention (on CPU the blocked kernel is faster, and has a backward).
+FLEX_AUTO_DEVICES = ("cuda",)
+# {shape: FlexAttention passed its self-test} for impl=auto (BigBirdAttention.kernel_for), per process.
+FLEX_SELF_TESTS: dict[tuple, bool] = {}
+# Largest difference to the fp32 reference a self-test accepts, by input dtype (bf16 keeps 8 mantissa bits).
+FLEX_TOLERANCE = {torch.float32: 2e-3, torch.float16: 1e-2, torch.bfloat16: 5e-2}
+
+
+def flex_self_test(plan: BlockSparsePlan, *, heads: int, head_dim: int, dtype: torch.dtype, padded: bool,
+                   need_grad: bool) -> str | None:
+    """Run FlexAttention once on random inputs of one sequence at ``plan``'s length (with a padding mask when
+    ``padded``), forward and, with ``need_grad``, backward, and compare with the reference kernel in fp32.
+    None when it compiled and agreed; else why not, in one line. Any exception is an answer here: a kernel
+    that fails to compile (Inductor finding no valid tile for the block size, a backward that does not
+    exist) must make ``impl=auto`` fall back, never crash the run inside ``loss.backward()``."""
+    device = plan.key_blocks.device
+    length = plan.num_blocks * plan.block_size
+    generator = torch.Generator(device=device).manual_seed(0)
+    q, k, v = (torch.randn(1, heads, length, head_dim, device=device, generator=generator) for _ in range(3))
+    pad = None
+    if padded:
+        pad = torch.zeros(1, length, dtype=torch.bool, device=device)
+        pad[:, length - max(1, plan.block_size // 2):] = True
+    grad_out = torch.randn(1, heads, length, head_dim, device=device, generator=generator)
+    real = slice(None) if pad is None else ~pad[0]
+    if pad is not None:
+        grad_out[:, :, ~real] = 0  # padded query rows are outside both kernels' contract (module doc)
+
+    def attend(fn, cast):
+        inputs = [t.to(cast).requires_grad_(need_grad) for t in (q, k, v)]
+        with torch.autocast(device.type, enabled=False), torch.set_grad_enabled(need_grad):
+            out = fn(*inputs, plan, key_padding_mask=pad)
+            grads = torch.autograd.grad(out, inputs, grad_out.to(cast)) if need_grad else ()
+        return [out[:, :, real].detach().float(), *(g.float() for g in grads)]
+
+    try:
+        got = attend(flex_blocksparse_attention, dtype)
+    except Exception as exc:  # noqa: BLE001 - whatever the compiler raises, the answer is "not this kernel"
+        lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+        return f"{exc.__class__.__name__}: {lines[0] if lines else ''}"[:300]
+    expected = attend(blocksparse_attention, torch.float32)
+    names = ("output", "dQ", "dK", "dV")
+    for name, a, b in zip(names, got, expected):
+        error = float((a - b).abs().max()) if a.numel() else 0.0
+        if not error <= FLEX_TOLERANCE.get(dtype, 5e-2) * max(1.0, float(b.abs().max())):
+            return f"{name} differs from the reference by {error:.3g}"
+    return None
 _ROW_CHUNK_SCORES = 1 << 22  # random scores drawn at once when drawing a plan (bounds the transient memory)
 
 
@@ -356,7 +404,9 @@ class BigBirdAttention(Attention):
                 out = attend_gathered(q[:, :, None], k[:, :, None], v[:, :, None], allowed, scale)
             return self.out_proj(self.merge_heads(out[:, :, 0]))
         need_grad = torch.is_grad_enabled() and (x.requires_grad or any(p.requires_grad for p in self.parameters()))
-        kernel = "reference" if self.recording_weights else self.kernel_for(x.device, need_grad)
+        counted = self.recording_weights or self.counting_flops  # both need the plain-tensor reference
+        kernel = "reference" if counted else self.kernel_for(
+            x.device, need_grad, dtype=q.dtype, length=length, padded=key_padding_mask is not None)
         if kernel == "flex":
             # Pad to a bucket of lengths so the compiled kernel sees few shapes; exact, since the plan of a
             # longer padding is the same plan restricted further (decision 19).
@@ -381,17 +431,49 @@ class BigBirdAttention(Attention):
             out = fn(q, k, v, plan, key_padding_mask=pad, scale=scale)
         return self.out_proj(self.merge_heads(out[:, :, :length]))
 
-    def kernel_for(self, device: torch.device, need_grad: bool) -> str:
-        """The sparse kernel a forward on ``device`` uses (option ``impl``, ``auto`` resolved)."""
+    def kernel_for(self, device: torch.device, need_grad: bool, *, dtype: torch.dtype | None = None,
+                   length: int | None = None, padded: bool = True) -> str:
+        """The sparse kernel a forward on ``device`` uses (option ``impl``, ``auto`` resolved).
+
+        ``auto`` on CUDA uses FlexAttention only where a one-time self-test at this call's shape (length
+        bucket, heads, head size, dtype, with or without a padding mask, forward and, when training,
+        backward) compiled and matched the reference; otherwise, or off CUDA, the blocked kernel. The choice
+        is logged once per shape, with the reason when FlexAttention was refused."""
         impl = self.options.impl
         if impl == "auto":
-            return "flex" if device.type == "cuda" and flex_available(device, need_grad) else "blocked"
+            if device.type not in FLEX_AUTO_DEVICES or not flex_available(device, need_grad):
+                return "blocked"
+            length = length or self.max_len
+            blocks = flex_bucket(self.num_blocks(length), self.max_blocks)
+            padded = padded or blocks * self.block_size != length  # the forward masks the padding it adds
+            shape = (str(device), str(dtype or torch.get_default_dtype()), blocks, self.num_heads,
+                     self.head_dim, self.causal, padded, need_grad)
+            return "flex" if self._flex_passes(shape) else "blocked"
         if impl == "flex" and not flex_available(device, need_grad):
             raise AttentionError(
                 f"bigbird: impl=flex cannot serve this call on {device.type} (FlexAttention has no "
                 f"{'backward' if need_grad else 'kernel'} there in torch {torch.__version__}); use impl=auto"
             )
         return impl
+
+    def _flex_passes(self, shape: tuple) -> bool:
+        """Whether FlexAttention serves ``shape`` (``kernel_for``): the self-test's verdict, run once per
+        shape and process (``FLEX_SELF_TESTS``)."""
+        if shape not in FLEX_SELF_TESTS:
+            device, dtype, blocks, heads, head_dim, causal, padded, need_grad = shape
+            plan = self.plan_for_length(blocks * self.block_size, torch.device(device))
+            failure = flex_self_test(plan, heads=heads, head_dim=head_dim, dtype=getattr(torch, dtype.split(".")[-1]),
+                                     padded=padded, need_grad=need_grad)
+            FLEX_SELF_TESTS[shape] = failure is None
+            what = (f"{blocks * self.block_size} tokens, {heads} heads of {head_dim}, {dtype.split('.')[-1]}, "
+                    f"{'causal' if causal else 'bidirectional'}{', padded' if padded else ''}, "
+                    f"{'forward + backward' if need_grad else 'forward'}")
+            if failure is None:
+                log.info("bigbird: impl=auto uses FlexAttention on %s (%s: self-test passed)", device, what)
+            else:
+                log.warning("bigbird: impl=auto uses the blocked kernel on %s (%s): FlexAttention self-test "
+                            "failed: %s", device, what, failure)
+        return FLEX_SELF_TESTS[shape]
 
     def _sparse_recorded(self, q, k, v, plan, pad, scale, length):
         """The reference kernel, keeping the per-block softmax weights it computes (recording only).

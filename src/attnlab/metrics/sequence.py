@@ -78,8 +78,9 @@ class Ratio(Metric):
         self.add_state("den", default=torch.tensor(0.0, dtype=torch.float64), dist_reduce_fx="sum")
 
     def update(self, numerator: torch.Tensor | float, denominator: torch.Tensor | float) -> None:
-        self.num += float(numerator)
-        self.den += float(denominator)
+        # Added on the device (no float(): a host synchronisation per batch)
+        self.num += torch.as_tensor(numerator, device=self.num.device).detach().to(torch.float64)
+        self.den += torch.as_tensor(denominator, device=self.den.device).detach().to(torch.float64)
 
     def compute(self) -> torch.Tensor:
         return self.num / self.den.clamp_min(1e-12)

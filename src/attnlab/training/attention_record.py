@@ -104,8 +104,9 @@ def attention_histograms(model: torch.nn.Module, forward) -> list[dict[str, Any]
 
 def fixed_sample_batch(trainer: L.Trainer, size: int) -> dict[str, torch.Tensor]:
     """The first ``size`` rows of the first validation batch (the sample ``PonderStats`` draws too)."""
-    batch = next(iter(trainer.datamodule.val_dataloader()))
-    return {k: v[:size] for k, v in batch.items()}
+    from attnlab.training.data import first_validation_rows
+
+    return first_validation_rows(trainer.datamodule, size)
 
 
 def check_weights_hist(data: Any) -> list[str]:

@@ -148,8 +148,9 @@ class PonderStats(L.Callback):
         if trainer.sanity_checking or not trainer.is_global_zero:
             return
         if self._sample is None:
-            batch = next(iter(trainer.datamodule.val_dataloader()))
-            self._sample = {k: v[: self.sample_size] for k, v in batch.items()}
+            from attnlab.training.data import first_validation_rows
+
+            self._sample = first_validation_rows(trainer.datamodule, self.sample_size)
         batch = {k: v.to(pl_module.device) for k, v in self._sample.items()}
         with torch.no_grad():
             _, aux, _ = pl_module.compute_loss(batch)

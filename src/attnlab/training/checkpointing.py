@@ -193,7 +193,8 @@ def rng_state() -> dict[str, Any]:
                   "has_gauss": int(has_gauss), "cached": float(cached)},
     }
     if torch.cuda.is_available() and torch.cuda.is_initialized():
-        state["cuda"] = torch.cuda.get_rng_state_all()
+        # This process's device only: a run resumed on fewer (or other) GPUs restores it on the device it has.
+        state["cuda"] = torch.cuda.get_rng_state()
     return state
 
 
@@ -206,7 +207,16 @@ def set_rng_state(state: dict[str, Any]) -> None:
     n = state["numpy"]
     np.random.set_state((n["name"], n["keys"].numpy().astype("uint32"), n["pos"], n["has_gauss"], n["cached"]))
     if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
+        torch.cuda.set_rng_state(cuda_state_for_this_device(state["cuda"], torch.cuda.current_device()))
+
+
+def cuda_state_for_this_device(saved, device: int) -> torch.Tensor:
+    """The CUDA generator state to restore on ``device``: a checkpoint holds one state (this process's), or,
+    written before 2026-12-04, one per visible GPU of the machine that saved it; then this device's entry
+    where that machine had one, else the first (resuming on fewer GPUs indexed past the list and crashed)."""
+    if isinstance(saved, (list, tuple)):
+        return saved[device] if device < len(saved) else saved[0]
+    return saved
 
 
 class RandomState(L.Callback):

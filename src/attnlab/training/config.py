@@ -59,6 +59,7 @@ class HardwareSchema:
     num_workers: int
     matmul_precision: str
     torch_threads: int | None = None
+    max_tokens_per_device: int | None = None  # token ceiling of a micro-batch (run.micro_batch_ceiling)
 
 
 @dataclass
@@ -158,7 +159,8 @@ CHOICES = {
 POSITIVE = ("model.d_model", "model.num_heads", "model.d_ff", "hardware.devices", "hardware.num_nodes",
             "hardware.max_batch_per_device", "batch.sentences_per_update", "batch.eval_batch_size",
             "batch.tokens_per_update", "callbacks.record_attention_sample_size",
-            "trainer.log_every_n_steps", "trainer.val_check_interval", "optim.lr", "hardware.torch_threads")
+            "trainer.log_every_n_steps", "trainer.val_check_interval", "optim.lr", "hardware.torch_threads",
+            "hardware.max_tokens_per_device")
 NON_NEGATIVE = ("model.encoder_layers", "model.random_position_offset", "model.decoder_layers", "optim.warmup_steps",
                 "hardware.num_workers", "optim.weight_decay", "optim.grad_clip", "trainer.num_sanity_val_steps")
 
@@ -511,7 +513,8 @@ def _check_attention_builds(view: DictConfig) -> None:
             modules = [spec.attention(causal=causal, cross=is_cross) for causal, is_cross in roles]
         for module in modules:
             kernel_for = getattr(module, "kernel_for", None)
-            if kernel_for is not None:
+            auto = getattr(getattr(module, "options", None), "impl", None) == "auto"  # decided at the run's shapes
+            if kernel_for is not None and not auto:
                 kernel_for(device, True)
     except AttentionError as exc:
         raise ConfigError(str(exc).splitlines()[0]) from None

@@ -11,10 +11,12 @@ the budget gets a micro-batch of its own (counted in ``oversize``).
 The sampler yields lists of indices and is a ``DistributedSampler``, so Lightning never swaps it under
 DDP; the DataLoader runs with ``batch_size=None`` over a view whose items are whole collated batches.
 
-Test splits of sequence-to-sequence tasks are decoded in batches of sources of similar length
-(``LengthSortedEvalSampler``): padding and the per-batch decode length limit (``max_len_a * longest + b``)
-shrink, and a batch stops as soon as its similar hypotheses finish. Outputs stay in reference order because
-scoring and the outputs files key every output by its example index (``ref_index``), never by batch order.
+Evaluation splits are batched by ``EvalBatchSampler``: the same batches for any number of ranks, dealt
+round-robin, each example scored once (repeats that pad a rank are marked and skipped). Test splits of
+sequence-to-sequence tasks are decoded in batches of sources of similar length: padding and the per-batch
+decode length limit (``max_len_a * longest + b``) shrink, and a batch stops as soon as its similar hypotheses
+finish. Outputs stay in reference order because scoring and the outputs files key every output by its example
+index (``ref_index``), never by batch order.
 Validation keeps split order: callbacks draw their fixed sample from the first validation batch.
 """
 
@@ -116,26 +118,60 @@ def source_length(item: Any) -> int:
     return len(item[0]) if isinstance(item, tuple) else example_length(item)
 
 
-class LengthSortedEvalSampler(DistributedSampler):
-    """Evaluation batches of ``batch_size`` examples in order of ``lengths`` (ties by index), this rank's share.
+class EvalSlot(list):
+    """One evaluation batch: its example indices, its ``number`` in the split's batch order (the same for any
+    number of ranks) and whether it is a ``repeat`` that only pads this rank (the modules skip it)."""
 
-    Every example appears once over all ranks; under DDP the last batches are repeated so that every rank runs
-    the same number of steps (whole-split scores keep one output per example index)."""
+    def __init__(self, indices: Sequence[int], number: int, repeat: bool) -> None:
+        super().__init__(indices)
+        self.number, self.repeat = number, repeat
 
-    def __init__(self, dataset: Dataset, lengths: Sequence[int], *, batch_size: int, num_replicas: int = 1,
-                 rank: int = 0) -> None:
+
+# Keys the evaluation loader adds to a collated batch (a dict); TaskModule pops them before the step reads it.
+EVAL_NUMBER_KEY, EVAL_REPEAT_KEY = "eval_batch_number", "eval_repeat"
+
+
+def pop_eval_slot(batch, batch_idx: int) -> tuple[int, bool]:
+    """(the batch's number in its split, whether it only pads this rank), taken out of the batch; a batch
+    from elsewhere (a test, a tool) is batch ``batch_idx`` and no repeat."""
+    if isinstance(batch, dict) and EVAL_NUMBER_KEY in batch:
+        return int(batch.pop(EVAL_NUMBER_KEY)), bool(batch.pop(EVAL_REPEAT_KEY))
+    return batch_idx, False
+
+
+def first_validation_rows(datamodule: L.LightningDataModule, size: int) -> dict[str, Any]:
+    """The first ``size`` rows of the first validation batch: the fixed sample that ponder statistics and
+    attention-weight histograms are drawn from (the same on any number of ranks: batch 0 is rank 0's)."""
+    batch = next(iter(datamodule.val_dataloader()))
+    pop_eval_slot(batch, 0)
+    return {k: v[:size] for k, v in batch.items()}
+
+
+class EvalBatchSampler(DistributedSampler):
+    """Evaluation batches of ``batch_size`` examples, in split order or in order of ``lengths`` (ties by
+    index), dealt round-robin over ranks: rank r gets batches r, r + world, ...
+
+    The batches are the same for any number of ranks and every example is scored exactly once: a rank left
+    with fewer batches than the others gets repeats marked ``EvalSlot.repeat``, which keep the step counts
+    equal (Lightning expects it) and which the modules skip, so every metric equals the one-process value."""
+
+    def __init__(self, dataset: Dataset, *, batch_size: int, lengths: Sequence[int] | None = None,
+                 num_replicas: int = 1, rank: int = 0) -> None:
         super().__init__(dataset, num_replicas=num_replicas, rank=rank, shuffle=False, drop_last=False)
         if batch_size <= 0:
             raise ValueError(f"batch_size={batch_size} must be positive")
-        if len(lengths) != len(dataset):
+        if lengths is not None and len(lengths) != len(dataset):
             raise ValueError(f"{len(lengths)} lengths for {len(dataset)} examples")
-        order = sorted(range(len(lengths)), key=lambda i: (lengths[i], i))
+        order = (list(range(len(dataset))) if lengths is None
+                 else sorted(range(len(lengths)), key=lambda i: (lengths[i], i)))
         self.all_batches = [order[i: i + batch_size] for i in range(0, len(order), batch_size)]
         self.num_samples = math.ceil(len(self.all_batches) / self.num_replicas)  # batches per rank
 
-    def __iter__(self) -> Iterator[list[int]]:
-        pad = self.num_samples * self.num_replicas - len(self.all_batches)
-        return iter((self.all_batches + self.all_batches[:pad])[self.rank:: self.num_replicas])
+    def __iter__(self) -> Iterator[EvalSlot]:
+        total = len(self.all_batches)
+        for step in range(self.num_samples):
+            number = self.rank + step * self.num_replicas
+            yield EvalSlot(self.all_batches[number % total], number, repeat=number >= total)
 
     def __len__(self) -> int:
         return self.num_samples
@@ -151,7 +187,13 @@ class CollatedBatches(Dataset):
         return len(self.dataset)
 
     def __getitem__(self, indices: list[int]):
-        return self.collate([self.dataset[i] for i in indices])
+        batch = self.collate([self.dataset[i] for i in indices])
+        if isinstance(indices, EvalSlot):
+            if not isinstance(batch, dict):
+                raise TypeError(f"the task's collate returns {type(batch).__name__}; evaluation needs a dict "
+                                f"(it carries the batch's place in the split)")
+            batch[EVAL_NUMBER_KEY], batch[EVAL_REPEAT_KEY] = indices.number, indices.repeat
+        return batch
 
 
 def _as_is(batch):
@@ -197,15 +239,18 @@ class TaskDataModule(L.LightningDataModule):
             return 1, 0
         return self.trainer.world_size, self.trainer.global_rank
 
-    def test_loader(self, split: str) -> DataLoader:
-        """Batches of ``eval_batch`` examples; sequence-to-sequence sources grouped by length (module doc)."""
+    def eval_loader(self, split: str, *, by_length: bool = False) -> DataLoader:
+        """Batches of ``eval_batch`` examples over every rank (``EvalBatchSampler``); ``by_length`` groups
+        sequence-to-sequence sources of similar length (module doc)."""
         dataset = self.task.datasets[split]
-        if self.task.kind != "seq2seq" or len(dataset) == 0:
-            return self._loader(split, train=False)
         world, rank = self._world_rank()
-        sampler = LengthSortedEvalSampler(dataset, [source_length(dataset[i]) for i in range(len(dataset))],
-                                          batch_size=self.eval_batch, num_replicas=world, rank=rank)
+        lengths = [source_length(dataset[i]) for i in range(len(dataset))] if by_length else None
+        sampler = EvalBatchSampler(dataset, batch_size=self.eval_batch, lengths=lengths, num_replicas=world,
+                                   rank=rank)
         return token_batch_loader(dataset, self.task.collate, sampler, num_workers=self.num_workers)
+
+    def test_loader(self, split: str) -> DataLoader:
+        return self.eval_loader(split, by_length=self.task.kind == "seq2seq")
 
     def _loader(self, split: str, *, train: bool) -> DataLoader:
         if train and self.micro_tokens:
@@ -227,7 +272,7 @@ class TaskDataModule(L.LightningDataModule):
         return self._loader("train", train=True)
 
     def val_dataloader(self):
-        return self._loader("val", train=False)
+        return self.eval_loader("val")  # split order: callbacks draw their fixed sample from the first batch
 
     def test_dataloader(self):
         return [self.test_loader(split) for split in self.task.eval_splits.values()]

@@ -15,6 +15,7 @@ import torch.nn.functional as F
 from attnlab.decoding import beam_search, greedy_decode
 from attnlab.metrics import MaskedLMScore, Perplexity, Ratio, SequenceAccuracy
 from attnlab.models import DecoderLM, EncoderClassifier, EncoderDecoder, EncoderMLM
+from attnlab.training.data import pop_eval_slot
 from attnlab.training.schedules import lr_multiplier
 
 
@@ -70,12 +71,18 @@ class TaskModule(L.LightningModule):
         raise NotImplementedError  # abstract
 
     # -- training ----------------------------------------------------------------------------------
-    def training_step(self, batch, batch_idx):
+    def total_loss(self, batch) -> tuple[torch.Tensor, torch.Tensor, dict[str, Any], int]:
+        """(what is minimised: the main loss plus the network's ``loss/`` terms such as ACT's ponder cost,
+        the main loss, the aux dict, target tokens)."""
         loss, aux, tokens = self.compute_loss(batch)
         total = loss
         for key, value in aux.items():
             if key.startswith("loss/"):
                 total = total + value
+        return total, loss, aux, tokens
+
+    def training_step(self, batch, batch_idx):
+        total, loss, aux, tokens = self.total_loss(batch)
         # Checked before backward so a NaN/Inf never reaches the weights (run.py attaches the guard).
         guard = getattr(self, "nonfinite_guard", None)
         terms = {"nll": loss, **{k[5:]: v for k, v in aux.items() if k.startswith("loss/")}}
@@ -135,6 +142,34 @@ class TaskModule(L.LightningModule):
             for lg in self.loggers:
                 lg.log_metrics(params, step=0)
         self._fit_start = time.perf_counter()
+
+    # -- evaluation steps ------------------------------------------------------------------------------
+    # Lightning calls these; the families implement ``validate_batch`` and ``test_batch``. A batch that only
+    # pads this rank (``EvalSlot.repeat``: its examples are scored on another rank) is skipped, so every
+    # metric sums each example once, whatever the number of ranks (training/data.py ``EvalBatchSampler``).
+    def validation_step(self, batch, batch_idx):
+        number, repeat = pop_eval_slot(batch, batch_idx)
+        if not repeat:
+            self.validate_batch(batch, number)
+
+    def test_step(self, batch, batch_idx, dataloader_idx: int = 0):
+        number, repeat = pop_eval_slot(batch, batch_idx)
+        if not repeat:
+            self.test_batch(batch, number, dataloader_idx)
+
+    def validate_batch(self, batch, batch_number: int) -> None:
+        raise NotImplementedError  # abstract: each task family scores its validation batches
+
+    def test_batch(self, batch, batch_number: int, dataloader_idx: int) -> None:
+        raise NotImplementedError  # abstract
+
+    def scored_anywhere(self, count) -> bool:
+        """Whether any rank scored something (``count`` > 0 on some rank): every rank must take the same
+        branch, since computing a metric gathers it from all ranks, and a rank may have scored nothing."""
+        flag = torch.tensor(int(count) > 0, dtype=torch.int32, device=self.device)
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            torch.distributed.all_reduce(flag, op=torch.distributed.ReduceOp.MAX)
+        return bool(flag)
 
     def eval_prefix(self, dataloader_idx: int) -> str:
         return self.eval_split_names[dataloader_idx] if dataloader_idx < len(self.eval_split_names) else "test"
@@ -231,7 +266,7 @@ class Seq2SeqModule(TaskModule):
                                length_penalty=e.get("length_penalty", "gnmt"))
         return greedy_decode(self.model, src, bos_id=t["bos_id"], eos_id=t["eos_id"], max_len=max_len)
 
-    def validation_step(self, batch, batch_idx):
+    def validate_batch(self, batch, batch_number):
         logits, _ = self.model(batch["src"], batch["tgt_in"])
         _, nll, tokens = _label_smoothed_nll(logits, batch["tgt_out"], self.task_info["pad_id"], 0.0)
         self.val_ppl.update(nll, tokens)
@@ -260,7 +295,7 @@ class Seq2SeqModule(TaskModule):
                 for key, value in self._score_outputs(outputs, "val").items():
                     self.log(f"val/{key}", float(value), sync_dist=False, prog_bar=key == "bleu")
 
-    def test_step(self, batch, batch_idx, dataloader_idx: int = 0):
+    def test_batch(self, batch, batch_number, dataloader_idx):
         predictions = self.decode(batch["src"])
         self.test_acc[dataloader_idx].update(predictions, batch["tgt_out"])
         if self.detokenize is not None:
@@ -268,7 +303,7 @@ class Seq2SeqModule(TaskModule):
 
     def on_test_epoch_end(self):
         for idx, metric in enumerate(self.test_acc):
-            if int(metric.total_seqs) == 0:
+            if not self.scored_anywhere(metric.total_seqs):
                 continue
             prefix = self.eval_prefix(idx)
             for key, value in metric.compute().items():
@@ -312,7 +347,7 @@ class LMModule(TaskModule):
         _, nll, tokens = _label_smoothed_nll(logits, batch["target"], self.task_info["pad_id"], 0.0)
         return nll, tokens
 
-    def validation_step(self, batch, batch_idx):
+    def validate_batch(self, batch, batch_number):
         self.val_ppl.update(*self._nll(batch))
 
     def on_validation_epoch_end(self):
@@ -321,7 +356,7 @@ class LMModule(TaskModule):
         self.log("val/ppl", out["ppl"].float(), prog_bar=True)
         self.val_ppl.reset()
 
-    def test_step(self, batch, batch_idx, dataloader_idx: int = 0):
+    def test_batch(self, batch, batch_number, dataloader_idx):
         logits, _ = self.model(batch["ids"])
         target, pad = batch["target"], self.task_info["pad_id"]
         token_nll = F.cross_entropy(logits.float().transpose(1, 2), target, ignore_index=pad, reduction="none")
@@ -337,7 +372,7 @@ class LMModule(TaskModule):
 
     def on_test_epoch_end(self):
         for idx, metric in enumerate(self.test_ppl):
-            if int(metric.tokens) == 0:
+            if not self.scored_anywhere(metric.tokens):
                 continue
             out = metric.compute()
             prefix = self.eval_prefix(idx)
@@ -345,11 +380,11 @@ class LMModule(TaskModule):
             self.log(f"{prefix}/ppl", out["ppl"].float(), add_dataloader_idx=False)
             metric.reset()
             words = self.test_word_ppl[idx]
-            if int(words.tokens):
+            if self.scored_anywhere(words.tokens):
                 self.log(f"{prefix}/word_ppl", words.compute()["ppl"].float(), add_dataloader_idx=False)
                 words.reset()
             last = self.test_last_ppl[idx]
-            if int(last.tokens):
+            if self.scored_anywhere(last.tokens):
                 self.log(f"{prefix}/last_word_ppl", last.compute()["ppl"].float(), add_dataloader_idx=False)
                 self.log(f"{prefix}/last_word_acc", 100.0 * self.test_last_acc[idx].compute().float(),
                          add_dataloader_idx=False)
@@ -369,6 +404,7 @@ class ClassificationModule(TaskModule):
         self.val_acc = MulticlassAccuracy(num_classes=n, average="micro")
         self.test_acc = torch.nn.ModuleList(MulticlassAccuracy(num_classes=n, average="micro")
                                             for _ in self.eval_split_names)
+        self.val_loss = Ratio()  # summed cross-entropy / examples, over every rank
 
     def build_model(self):
         t = self.task_info
@@ -380,16 +416,18 @@ class ClassificationModule(TaskModule):
         loss = F.cross_entropy(logits.float(), batch["label"], label_smoothing=self.optim_cfg["label_smoothing"])
         return loss, aux, int(batch["ids"].ne(self.task_info["pad_id"]).sum())
 
-    def validation_step(self, batch, batch_idx):
+    def validate_batch(self, batch, batch_number):
         logits, _ = self.model(batch["ids"])
         self.val_acc.update(logits.argmax(-1), batch["label"])
-        self.log("val/loss", F.cross_entropy(logits.float(), batch["label"]), prog_bar=True)
+        self.val_loss.update(F.cross_entropy(logits.float(), batch["label"], reduction="sum"), len(batch["label"]))
 
     def on_validation_epoch_end(self):
         self.log("val/acc", self.val_acc.compute().float(), prog_bar=True)
+        self.log("val/loss", self.val_loss.compute().float(), prog_bar=True)  # mean over the split's examples
         self.val_acc.reset()
+        self.val_loss.reset()
 
-    def test_step(self, batch, batch_idx, dataloader_idx: int = 0):
+    def test_batch(self, batch, batch_number, dataloader_idx):
         logits, _ = self.model(batch["ids"])
         predictions = logits.argmax(-1)
         self.test_acc[dataloader_idx].update(predictions, batch["label"])
@@ -403,7 +441,7 @@ class ClassificationModule(TaskModule):
 
     def on_test_epoch_end(self):
         for idx, metric in enumerate(self.test_acc):
-            if metric.update_count == 0:
+            if not self.scored_anywhere(metric.update_count):
                 continue
             scores = self._score_split(idx) if self.text_scorer is not None else {}
             if "acc" not in scores:  # a task's own accuracy (GLUE, 0-100) replaces the plain fraction
@@ -429,18 +467,30 @@ class RegressionModule(TaskModule):
         pred, aux = self._predict(batch)
         return F.mse_loss(pred, batch["label"].float()), aux, int(batch["ids"].ne(self.task_info["pad_id"]).sum())
 
-    def validation_step(self, batch, batch_idx):
-        pred, _ = self._predict(batch)
-        self.log("val/loss", F.mse_loss(pred, batch["label"].float()), prog_bar=True)
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        # Summed squared error / examples over every rank: the split's mean, not a mean of batch means.
+        self.val_loss = Ratio()
+        self.test_mse = torch.nn.ModuleList(Ratio() for _ in self.eval_split_names)
 
-    def test_step(self, batch, batch_idx, dataloader_idx: int = 0):
+    def validate_batch(self, batch, batch_number):
         pred, _ = self._predict(batch)
-        self.log(f"{self.eval_prefix(dataloader_idx)}/mse", F.mse_loss(pred, batch["label"].float()),
-                 add_dataloader_idx=False)
+        self.val_loss.update(F.mse_loss(pred, batch["label"].float(), reduction="sum"), len(pred))
+
+    def on_validation_epoch_end(self):
+        self.log("val/loss", self.val_loss.compute().float(), prog_bar=True)
+        self.val_loss.reset()
+
+    def test_batch(self, batch, batch_number, dataloader_idx):
+        pred, _ = self._predict(batch)
+        self.test_mse[dataloader_idx].update(F.mse_loss(pred, batch["label"].float(), reduction="sum"), len(pred))
         self.collect_outputs(batch, pred.tolist(), dataloader_idx)
 
     def on_test_epoch_end(self):
-        for idx in range(len(self.eval_split_names)):
+        for idx, mse in enumerate(self.test_mse):
+            if self.scored_anywhere(mse.den):
+                self.log(f"{self.eval_prefix(idx)}/mse", mse.compute().float(), add_dataloader_idx=False)
+            mse.reset()
             self.log_split_scores(idx)
 
 
@@ -471,7 +521,7 @@ class MaskedLMModule(TaskModule):
         loss = F.cross_entropy(logits.float(), target, label_smoothing=self.optim_cfg["label_smoothing"])
         return loss, aux, int(batch["ids"].numel())
 
-    def validation_step(self, batch, batch_idx):
+    def validate_batch(self, batch, batch_number):
         logits, target, _ = self._logits(batch)
         self.val_score.update(logits, target, batch["chars"][batch["scored"]])
 
@@ -480,16 +530,16 @@ class MaskedLMModule(TaskModule):
             self.log(f"val/{key}", value.float(), prog_bar=key in ("loss", "mlm_acc"))
         self.val_score.reset()
 
-    def test_step(self, batch, batch_idx, dataloader_idx: int = 0):
+    def test_batch(self, batch, batch_number, dataloader_idx):
         logits, target, _ = self._logits(batch)
         self.test_score[dataloader_idx].update(logits, target, batch["chars"][batch["scored"]])
-        shuffled = shuffle_blocks(batch, seed=batch_idx)
+        shuffled = shuffle_blocks(batch, seed=batch_number)  # the batch's number in the split: rank-independent
         logits, target, _ = self._logits(shuffled)
         self.test_shuffled_score[dataloader_idx].update(logits, target, shuffled["chars"][shuffled["scored"]])
 
     def on_test_epoch_end(self):
         for idx, (metric, shuffled) in enumerate(zip(self.test_score, self.test_shuffled_score)):
-            if int(metric.tokens) == 0:
+            if not self.scored_anywhere(metric.tokens):
                 continue
             prefix, in_order, out_of_order = self.eval_prefix(idx), metric.compute(), shuffled.compute()
             for key, value in in_order.items():

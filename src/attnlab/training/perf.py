@@ -7,11 +7,15 @@ Model FLOPs utilisation (MFU) = model FLOPs per token x tokens per second / peak
   device is listed, and is otherwise reported as unknown (``None``): never a guess. CPUs are never listed
   (the same model name spans core counts, clocks and SMT settings), so on CPU the callback measures the
   matmul peak in the same process (``measure_matmul_peak``) and logs MFU against it.
-- Model FLOPs per token are counted by ``torch.utils.flop_counter.FlopCounterMode`` over one real training
-  step (forward + backward; matmuls, convolutions and attention), divided by its tokens. Attention is
-  counted as executed (dense SDPA counts the full L x L product even where masked; BigBird counts only the
-  computed blocks). ``transformer_flops_per_token`` is the analytic 6N + 12 * layers * d * context
-  estimate (Kaplan et al. 2020; PaLM appendix B) for cross-checks.
+- Model FLOPs per token are counted by ``torch.utils.flop_counter.FlopCounterMode`` over a forward and
+  backward of one real training batch (``count_training_flops``), divided by its tokens. That pass runs
+  eagerly beside the training step, with every attention module on its reference kernel
+  (``attention.countable_kernels``): the counter sees no compiled FlexAttention (and eager FlexAttention
+  makes it raise), nor the blocked CPU kernel's worker threads, which it would count as zero. The pass
+  leaves the run unchanged: the random state is forked, gradients are restored, no weight moves. Attention
+  is counted as executed (dense SDPA counts the full L x L product even where masked; BigBird counts only
+  the computed blocks, of the length padded to whole blocks). ``transformer_flops_per_token`` is the
+  analytic 6N + 12 * layers * d * context estimate (Kaplan et al. 2020; PaLM appendix B) for cross-checks.
 """
 
 from __future__ import annotations
@@ -96,6 +100,33 @@ def count_flops(fn, *args, **kwargs) -> tuple[int, Any]:
     return int(counter.get_total_flops()), result
 
 
+def count_training_flops(module, batch, forward_context=None) -> tuple[int, int]:
+    """(FLOPs, tokens) of one forward and backward of ``module`` (a ``TaskModule``) on ``batch``, counted
+    with the reference attention kernels and in ``forward_context`` (the run's autocast), without changing
+    the run: the random state is forked (dropout, ACT, BigBird's resampling draw the same numbers after),
+    and every parameter's gradient is put back as it was."""
+    import contextlib
+
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from attnlab.attention import countable_kernels
+
+    params = [p for p in module.parameters() if p.requires_grad]
+    saved = [p.grad for p in params]
+    for p in params:
+        p.grad = None
+    cuda = [module.device] if module.device.type == "cuda" else []
+    try:
+        with torch.random.fork_rng(devices=cuda), countable_kernels(module), \
+                (forward_context or contextlib.nullcontext()), FlopCounterMode(display=False) as counter:
+            total, _, _, tokens = module.total_loss(batch)
+            total.backward()
+    finally:
+        for p, grad in zip(params, saved):
+            p.grad = grad
+    return int(counter.get_total_flops()), int(tokens)
+
+
 def transformer_flops_per_token(
     matmul_params: int, *, layers: int, d_model: int, context: int, training: bool = True
 ) -> float:
@@ -118,9 +149,10 @@ except ImportError:  # pragma: no cover
 class MFUCallback(Callback):
     """Logs ``perf/tokens_per_s``, ``perf/flops_per_token`` and ``perf/mfu`` every ``log_every`` steps.
 
-    - FLOPs per token: counted with FlopCounterMode over training step ``count_step`` (forward, backward
-      and optimizer step; that step is not timed) and divided by its tokens, taken from the module's
-      ``_tokens_seen`` counter (``TaskModule``) or ``tokens_fn(batch)``.
+    - FLOPs per token: ``count_training_flops`` on the first micro-batch of training step ``count_step``,
+      before that step runs (forward and backward, an eager pass of its own; the step itself is not
+      timed). A module without ``total_loss`` (not a ``TaskModule``) is counted over its real step instead,
+      with its tokens from ``tokens_fn(batch)``.
     - Peak: ``peak_flops(device, precision)``; where that is unknown (CPU, unlisted GPU) the matmul peak
       is measured once at fit start in the training precision's dtype and logged as
       ``perf/peak_flops_measured``; ``perf/mfu`` is then against the measured peak and
@@ -139,6 +171,7 @@ class MFUCallback(Callback):
         self.peak: float | None = None
         self.peak_source: str = "unknown"
         self._counter = None
+        self._skip_timing = False
         self._t0 = 0.0
         self._tokens0 = 0
         self._acc_time = 0.0
@@ -177,6 +210,12 @@ class MFUCallback(Callback):
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
         self._tokens0 = 0 if self.tokens_fn is not None else self._tokens(pl_module, batch)
         if trainer.global_step == self.count_step and self.flops_per_token is None:
+            if hasattr(pl_module, "total_loss"):
+                flops, tokens = count_training_flops(pl_module, batch, trainer.precision_plugin.forward_context())
+                if tokens > 0:
+                    self.flops_per_token = flops / tokens
+                self._skip_timing = True  # the counting pass and this step's start are not one step's time
+                return
             from torch.utils.flop_counter import FlopCounterMode
 
             self._counter = FlopCounterMode(display=False)
@@ -187,6 +226,9 @@ class MFUCallback(Callback):
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         tokens = self._tokens(pl_module, batch) - self._tokens0
+        if self._skip_timing:
+            self._skip_timing = False
+            return
         if self._counter is not None:
             counter, self._counter = self._counter, None
             counter.__exit__(None, None, None)

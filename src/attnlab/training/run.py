@@ -66,17 +66,30 @@ def derive_batching(cfg: DictConfig, *, max_len: int | None = None) -> tuple[int
     world = cfg.hardware.devices * cfg.hardware.num_nodes
     if cfg.batch.get("tokens_per_update"):
         _, accumulate = token_budget(cfg, max_len)
-        return cfg.hardware.max_batch_per_device, accumulate
+        return micro_batch_ceiling(cfg, max_len), accumulate
     per_update = cfg.batch.sentences_per_update
-    accumulate = math.ceil(per_update / (cfg.hardware.max_batch_per_device * world))
+    ceiling = micro_batch_ceiling(cfg, max_len)
+    accumulate = math.ceil(per_update / (ceiling * world))
     micro, rest = divmod(per_update, world * accumulate)
     if rest or micro == 0:
         raise ConfigError(
             f"batch.sentences_per_update={per_update} cannot be split evenly over {world} device(s) with "
-            f"micro-batches <= hardware.max_batch_per_device={cfg.hardware.max_batch_per_device}; "
-            f"use a multiple of {world * accumulate}"
+            f"micro-batches <= {ceiling} sentences (hardware.max_batch_per_device="
+            f"{cfg.hardware.max_batch_per_device}, max_tokens_per_device="
+            f"{cfg.hardware.get('max_tokens_per_device')}); use a multiple of {world * accumulate}"
         )
     return micro, accumulate
+
+
+def micro_batch_ceiling(cfg: DictConfig, max_len: int | None) -> int:
+    """Sentences a micro-batch may hold on one device: ``hardware.max_batch_per_device``, lowered so that
+    that many sequences of ``max_len`` stay within ``hardware.max_tokens_per_device`` when it is set (a
+    sentence count alone would ask BigBird Table 10 at paper size for 256 x 4096 = 1M tokens a micro-batch)."""
+    ceiling = int(cfg.hardware.max_batch_per_device)
+    tokens = cfg.hardware.get("max_tokens_per_device")
+    if tokens and max_len:
+        ceiling = max(1, min(ceiling, int(tokens) // int(max_len)))
+    return ceiling
 
 
 def token_budget(cfg: DictConfig, max_len: int | None) -> tuple[int, int]:
@@ -88,7 +101,7 @@ def token_budget(cfg: DictConfig, max_len: int | None) -> tuple[int, int]:
         raise ConfigError("batch.tokens_per_update needs the task's max length; build the task first")
     world = cfg.hardware.devices * cfg.hardware.num_nodes
     return derive_token_batching(int(cfg.batch.tokens_per_update), world=world,
-                                 max_tokens_per_micro=cfg.hardware.max_batch_per_device * int(max_len))
+                                 max_tokens_per_micro=micro_batch_ceiling(cfg, max_len) * int(max_len))
 
 
 def build_task_data(cfg: DictConfig) -> TaskData:
