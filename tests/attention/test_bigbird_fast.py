@@ -312,3 +312,15 @@ def test_auto_on_cuda_at_the_paper_block_trains_in_each_dtype_and_equals_the_ref
     tolerance = 2e-3 if dtype == torch.float32 else 6e-2
     for a, b in zip(*grads):
         torch.testing.assert_close(a, b, atol=tolerance, rtol=tolerance)
+
+
+def test_blocked_kernel_launch_settings_per_device():
+    """Issue 42.6: on CUDA one thread and large chunks (a thread per core and cache-sized chunks meant ~20k
+    launches a step); on CPU cache-sized chunks over the intra-op threads, as measured there."""
+    from attnlab.attention.kernels import blocksparse_blocked as blocked
+
+    assert blocked.launch_settings(torch.device("cuda"), None, None) == (blocked.CUDA_CHUNK_BYTES, 1)
+    assert blocked.launch_settings(torch.device("cpu"), None, None) == (blocked.DEFAULT_CHUNK_BYTES,
+                                                                         torch.get_num_threads())
+    assert blocked.launch_settings(torch.device("cuda"), 1 << 20, 4) == (1 << 20, 4)  # explicit values win
+    assert blocked.CUDA_CHUNK_BYTES >= 64 * blocked.DEFAULT_CHUNK_BYTES
