@@ -324,3 +324,82 @@ def test_blocked_kernel_launch_settings_per_device():
                                                                          torch.get_num_threads())
     assert blocked.launch_settings(torch.device("cuda"), 1 << 20, 4) == (1 << 20, 4)  # explicit values win
     assert blocked.CUDA_CHUNK_BYTES >= 64 * blocked.DEFAULT_CHUNK_BYTES
+
+
+@pytest.mark.parametrize("tile_blocks", [2, 4])
+@pytest.mark.parametrize("padded", [False, True])
+@pytest.mark.parametrize("causal", [False, True])
+def test_block_mask_in_kernel_tiles_larger_than_the_plan_block_is_exactly_the_plan(causal, padded, tile_blocks):
+    """Issue 35: compiled FlexAttention on Hopper only tiles by 128, BigBird's blocks are 64. A BlockMask of
+    2 x 2 (or 4 x 4) plan blocks per tile, full or partial by the plan, must attend exactly the plan's keys,
+    also where the sequence (9 blocks) ends mid-tile. Checked against the reference in value and gradient,
+    with eager FlexAttention (which evaluates mask_mod everywhere) and with the tile tables themselves."""
+    from torch.nn.attention.flex_attention import flex_attention
+
+    from attnlab.attention.kernels.blocksparse_flex import plan_to_block_mask
+
+    bs, length = 4, 36
+    plan = _plan(causal, length, block_size=bs, max_len=64, num_random_blocks=2, heads=2)
+    q, k, v = _inputs(2, 2, length, 8, torch.float32, 0)[:3]
+    pad = _padding(2, length) if padded else None
+    mask = plan_to_block_mask(plan, pad, 2, tile=tile_blocks * bs)
+    tile_shape = tuple(mask.BLOCK_SIZE)
+    assert tile_shape == (tile_blocks * bs, tile_blocks * bs)
+    ref = blocksparse_attention(q, k, v, plan, key_padding_mask=pad)
+    with torch.no_grad():  # torch has no FlexAttention backward on CPU, eager or compiled
+        flex_out = flex_attention(q.detach(), k.detach(), v.detach(), block_mask=mask)
+        torch.testing.assert_close(flex_out, ref.detach(), atol=1e-5, rtol=1e-5)
+    # What the fused kernel computes: keys of full tiles, keys of partial tiles where mask_mod allows, nothing
+    # elsewhere; as a masked dense softmax with autograd, equal to the reference in value and gradient.
+    visits = torch.zeros(2, 2, length, length, dtype=torch.bool)
+    tiles = mask.to_dense()[0].bool()  # (P, tiles, tiles): partial or full
+    full_tiles = torch.zeros_like(tiles)
+    for p in range(tiles.shape[0]):
+        for row in range(tiles.shape[1]):
+            n = int(mask.full_kv_num_blocks[0, p, row])
+            full_tiles[p, row, mask.full_kv_indices[0, p, row, :n].long()] = True
+    t = tile_blocks * bs
+    pos = torch.arange(length)
+    for b in range(2):
+        for h in range(2):
+            p = h if tiles.shape[0] > 1 else 0
+            tile_of = tiles[p][pos[:, None] // t, pos[None] // t]
+            full_of = full_tiles[p][pos[:, None] // t, pos[None] // t]
+            by_mod = mask.mask_mod(torch.tensor(b), torch.tensor(h), pos[:, None], pos[None])
+            visits[b, h] = full_of | (tile_of & by_mod)
+    scores = (q @ k.transpose(-1, -2)) * 8**-0.5
+    real = visits.any(-1)  # rows whose keys are all masked are outside the contract (module doc)
+    dense = torch.softmax(scores.masked_fill(~visits, float("-inf")), -1).nan_to_num() @ v
+    g = torch.randn_like(ref) * real[..., None]
+    torch.testing.assert_close(dense[real], ref[real], atol=1e-5, rtol=1e-5)
+    for a, b in zip(torch.autograd.grad(ref, (q, k, v), g), torch.autograd.grad(dense, (q, k, v), g)):
+        torch.testing.assert_close(b, a, atol=1e-5, rtol=1e-5)
+    # The tile tables alone (what the fused kernel visits): every plan block lies in a listed tile, and a
+    # "full" tile (no mask_mod) holds plan blocks only, never a block outside the plan or past the sequence.
+    dense = mask.to_dense()[0]  # (P, tiles, tiles): 1 where the tile is visited, full or partial
+    fine = plan.block_mask()
+    f, nb = tile_blocks, plan.num_blocks
+    for p in range(fine.shape[0]):
+        for i in range(nb):
+            for j in range(nb):
+                if fine[p, i, j] and not (causal and j > i):
+                    assert dense[p, i // f, j // f]
+    full = torch.zeros_like(dense, dtype=torch.bool)
+    counts, index = mask.full_kv_num_blocks[0], mask.full_kv_indices[0]
+    for p in range(full.shape[0]):
+        for row in range(full.shape[1]):
+            full[p, row, index[p, row, : counts[p, row]].long()] = True
+    for p, ti, tj in full.nonzero().tolist():
+        blocks = fine[p, ti * f: (ti + 1) * f, tj * f: (tj + 1) * f]
+        assert blocks.shape == (f, f) and bool(blocks.all())
+        assert not (causal and ti == tj) and pad is None
+
+
+def test_kernel_tile_is_128_on_cuda_when_it_holds_whole_plan_blocks():
+    from attnlab.attention.kernels.blocksparse_flex import kernel_tile
+
+    assert kernel_tile(_plan(False, 128, block_size=64, max_len=128), torch.device("cuda")) == 128
+    assert kernel_tile(_plan(False, 96, block_size=32, max_len=96), torch.device("cuda")) == 128
+    assert kernel_tile(_plan(False, 96, block_size=48, max_len=96), torch.device("cuda")) == 48  # 128 % 48
+    assert kernel_tile(_plan(False, 256, block_size=128, max_len=256), torch.device("cuda")) == 128
+    assert kernel_tile(_plan(False, 128, block_size=64, max_len=128), torch.device("cpu")) == 64

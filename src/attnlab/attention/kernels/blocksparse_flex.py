@@ -71,34 +71,66 @@ def _compiled_for(device: torch.device):
     return _compiled(None if device.type == "cuda" else False)
 
 
-def plan_to_block_mask(plan: BlockSparsePlan, key_padding_mask: torch.Tensor | None, batch: int):
-    """A BlockMask equivalent to the plan (and the causal and padding masks)."""
+# The BlockMask tile FlexAttention's compiled kernels run with, by device type. On Hopper (sm90, head size 64)
+# inductor's only backward configs tile by 128 and it drops every config whose tile does not divide the
+# BlockMask's block before kernel options apply, so a BlockMask of BigBird's 64-token blocks finds no backward
+# kernel (issue 35). A 128-token tile covers 2 x 2 plan blocks: "full" where all four are in the plan,
+# "partial" (evaluated with mask_mod, which reads the 64-block plan) where some are, absent where none are,
+# so the attention is exactly the plan's. CPU runs eager or forward-only: the plan's own block.
+KERNEL_TILE = {"cuda": 128}
+
+
+def kernel_tile(plan: BlockSparsePlan, device: torch.device) -> int:
+    """The BlockMask block size for ``plan`` on ``device``: ``KERNEL_TILE`` when it is a multiple of the
+    plan's block (blocks larger than the tile are used as they are), else the plan's block."""
+    tile = KERNEL_TILE.get(device.type, plan.block_size)
+    return tile if tile > plan.block_size and tile % plan.block_size == 0 else plan.block_size
+
+
+def plan_to_block_mask(plan: BlockSparsePlan, key_padding_mask: torch.Tensor | None, batch: int,
+                       tile: int | None = None):
+    """A BlockMask equivalent to the plan (and the causal and padding masks), in tiles of ``tile`` tokens
+    (a multiple of the plan's block; default the plan's block). The sequence is ``plan.num_blocks`` blocks;
+    a last tile that reaches past it is partial and ``mask_mod`` refuses the positions beyond."""
     nb, bs = plan.num_blocks, plan.block_size
+    tile = bs if tile is None else int(tile)
+    if tile % bs:
+        raise ValueError(f"a BlockMask tile of {tile} tokens does not hold whole plan blocks of {bs}")
+    f = tile // bs  # plan blocks per tile side
+    nt = -(-nb // f)  # tiles per side
     dev = plan.key_blocks.device
-    allowed = plan.block_mask()  # (P, nb, nb) bool, causal handled by mask_mod on the diagonal
-    eye = torch.eye(nb, dtype=torch.bool, device=dev)[None]
+    fine = plan.block_mask()  # (P, nb, nb) bool, causal handled by mask_mod on and below the diagonal
+    heads = fine.shape[0]
+    # The plan on a whole number of tiles: blocks past the sequence are never attended.
+    allowed = torch.zeros(heads, nt * f, nt * f, dtype=torch.bool, device=dev)
+    allowed[:, :nb, :nb] = fine
+    cells = allowed.view(heads, nt, f, nt, f)
+    any_cell = cells.any(dim=(2, 4))  # (P, nt, nt): the tile computes something
+    all_cells = cells.all(dim=(2, 4))  # every block of the tile is in the plan
+    eye = torch.eye(nt, dtype=torch.bool, device=dev)[None]
+    exact_tiles = all_cells if nt * f == nb else all_cells & ~_edge(nt, dev)  # tiles past the end are partial
     if key_padding_mask is not None:
-        partial, full = allowed, torch.zeros_like(allowed)
+        partial, full = any_cell, torch.zeros_like(any_cell)
     elif plan.causal:
-        partial, full = allowed & eye, allowed & ~eye
+        full = exact_tiles & ~eye
+        partial = any_cell & ~full
     else:
-        partial, full = torch.zeros_like(allowed), allowed
+        full = exact_tiles
+        partial = any_cell & ~full
 
     def tables(m):
         counts = m.sum(-1).to(torch.int32)
         order = torch.sort((~m).to(torch.int8), dim=-1, stable=True).indices.to(torch.int32)
-        return counts[None].contiguous(), order[None].contiguous()  # (1, P, nb), (1, P, nb, nb)
+        return counts[None].contiguous(), order[None].contiguous()  # (1, P, nt), (1, P, nt, nt)
 
     kv_num, kv_idx = tables(partial)
     full_num, full_idx = tables(full)
     pad = key_padding_mask
     causal = plan.causal
 
-    heads = allowed.shape[0]
-
     def mask_mod(b, h, q_idx, kv_idx_):
-        # The plan itself, not only the block tables: the compiled kernel evaluates mask_mod on partial
-        # blocks only, but the eager (unfused) path, which dynamo falls back to, reads nothing else.
+        # The plan itself, not only the tile tables: the compiled kernel evaluates mask_mod on partial tiles,
+        # where the 64-block plan decides per block, and the eager (unfused) path reads nothing else.
         ok = allowed[h if heads > 1 else h * 0, q_idx // bs, kv_idx_ // bs]
         if causal:
             ok = ok & (kv_idx_ <= q_idx)
@@ -107,8 +139,15 @@ def plan_to_block_mask(plan: BlockSparsePlan, key_padding_mask: torch.Tensor | N
         return ok
 
     return BlockMask.from_kv_blocks(
-        kv_num, kv_idx, full_num, full_idx, BLOCK_SIZE=bs, mask_mod=mask_mod, seq_lengths=(nb * bs, nb * bs)
+        kv_num, kv_idx, full_num, full_idx, BLOCK_SIZE=tile, mask_mod=mask_mod, seq_lengths=(nb * bs, nb * bs)
     )
+
+
+def _edge(nt: int, device) -> torch.Tensor:
+    """(1, nt, nt) bool: tiles in the last tile row or column (they reach past a sequence that ends mid-tile)."""
+    edge = torch.zeros(nt, nt, dtype=torch.bool, device=device)
+    edge[-1, :] = edge[:, -1] = True
+    return edge[None]
 
 
 def flex_blocksparse_attention(
@@ -128,15 +167,16 @@ def flex_blocksparse_attention(
     b = q.shape[0]
     check_plan_heads(plan, q.shape[1])
     pad = None if key_padding_mask is None else key_padding_mask.to(torch.bool)
+    tile = kernel_tile(plan, q.device) if compiled else plan.block_size
     if block_mask is None and pad is None:
-        hit = _MASKS.get(id(plan))
+        hit = _MASKS.get((id(plan), tile))
         if hit is None or hit[0] is not plan:
             if len(_MASKS) > 16:
                 _MASKS.clear()
-            hit = _MASKS[id(plan)] = (plan, plan_to_block_mask(plan, None, b))
+            hit = _MASKS[(id(plan), tile)] = (plan, plan_to_block_mask(plan, None, b, tile))
         block_mask = hit[1]
     elif block_mask is None:
-        block_mask = plan_to_block_mask(plan, pad, b)
+        block_mask = plan_to_block_mask(plan, pad, b, tile)
     if not compiled:
         return flex_attention(q, k, v, block_mask=block_mask, scale=scale)
     if q.device in _FALLEN_BACK:
