@@ -20,7 +20,7 @@ export ATTNLAB_DATA_ROOT ?= $(abspath ../shared/data)
 endif
 
 .DEFAULT_GOAL := help
-.PHONY: help install demo test test-slow test-gpu test-all lint format golden bench tables check-tables publish-runs rerun clean
+.PHONY: help install demo test test-slow test-gpu test-all lint format golden bench tables check-tables publish-runs rerun clean gpu-check
 
 help: ## List every target with a one-line description
 	@awk -v color=$$([ -t 1 ] && echo 1) 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_%-]+:.*## / {name[++n] = $$1; \
@@ -98,3 +98,6 @@ clean: ## Remove the virtual environment and caches (runs/ and results/ stay)
 
 # Paper-table targets (make reproduce-<paper>-<table>)
 include make/reproduce.mk
+
+gpu-check: $(STAMP) ## On a machine with one CUDA GPU: the gpu tests, BigBird kernels, paper-size and laptop runs -> results/bench/gpu/ (GPU_CHECK_ARGS=--dry-run on CPU)
+	$(BIN)/python benchmarks/gpu_check.py $(GPU_CHECK_ARGS)

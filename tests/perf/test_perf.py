@@ -262,3 +262,26 @@ def test_counting_flops_leaves_the_run_unchanged():
     torch.manual_seed(5)
     assert torch.equal(after, torch.rand(4))
     assert all(torch.equal(p.grad, torch.full_like(p, 0.5)) for p in module.parameters())
+
+
+def test_gpu_check_refuses_without_cuda_and_judges_a_report(capsys):
+    """``make gpu-check``: on a machine without CUDA one line and exit 2 (``--dry-run`` checks the script
+    there); the goals are judged from the measured rows, and what was not measured is said, not dropped."""
+    sys.path.insert(0, str(REPO))
+    from benchmarks import gpu_check
+
+    if not torch.cuda.is_available():
+        assert gpu_check.main([]) == 2
+        assert capsys.readouterr().err.count("\n") == 1
+    assert gpu_check.main(["--dry-run", "--only", "kernels,nope"]) == 2
+    row = {"length": 4096, "causal": False, "batch": 4, "kernel": "flex", "dense_ms": 1.8, "sparse_ms": 1.2,
+           "speedup": 1.5, "ideal": 2.5, "of_ideal": 0.6, "memory_vs_dense": 1.7}
+    report = {"dry_run": False, "kernels": {"rows": [row, {"length": 65536, "causal": True, "error": "OOM"}]},
+              "training": {"full attention, 4096": {"tokens_per_s": 100.0},
+                           "BigBird-ITC, 4096": {"tokens_per_s": 140.0}},
+              "tests": {"counts": {"passed": 9, "failed": 1}, "summary": "1 failed, 9 passed"}, "laptop": {}}
+    goals = {g["key"]: g for g in gpu_check.goals_of(report)}
+    assert goals["35.kernel.4096.0"]["met"] is True and goals["35.memory.4096.0"]["met"] is False
+    assert goals["35.kernel.65536.1"]["status"] == "not measured: OOM"
+    assert goals["35.table10.4096"]["met"] is True and goals["35.table10.16384"]["met"] is None
+    assert goals["35.tests"]["met"] is False and goals["36.laptop"]["met"] is None
