@@ -289,19 +289,22 @@ def test_auto_falls_back_when_compiled_flex_has_no_backward_on_this_device(monke
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("length", [512, 1500, 2048, 4096])  # Table 1, an odd length, Table 10's two
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_auto_on_cuda_at_the_paper_block_trains_in_each_dtype_and_equals_the_reference(causal, dtype):
-    """Blocks of 64 (the paper's), per-head plans, padding, fp32 and bf16: ``impl=auto`` must never crash and
-    whichever kernel it picks must match the reference (issue 35: Hopper's default flex tiles are 128)."""
-    kw = dict(d_model=256, num_heads=4, max_len=2048, block_size=64, num_random_blocks=3, causal=causal,
+def test_auto_on_cuda_at_the_paper_block_trains_in_each_dtype_and_equals_the_reference(causal, dtype, length):
+    """Blocks of 64 (the paper's), per-head plans, padding, fp32 and bf16, the lengths the presets use:
+    ``impl=auto`` must never crash and whichever kernel it picks must match the reference (issue 35: Hopper's
+    default flex tiles are 128)."""
+    kw = dict(d_model=256, num_heads=4, max_len=4096, block_size=64, num_random_blocks=3, causal=causal,
               dense_fallback_len=0)
     torch.manual_seed(0)
     auto = build_attention("bigbird", **kw).cuda().train()
     reference = build_attention("bigbird", impl="reference", **kw).cuda().train()
     reference.load_state_dict(auto.state_dict())
-    x = torch.randn(2, 1500, 256, device="cuda")
-    pad = torch.arange(1500, device="cuda")[None] >= torch.tensor([1500, 1100], device="cuda")[:, None]
+    x = torch.randn(2, length, 256, device="cuda")
+    shorter = length - length // 4
+    pad = torch.arange(length, device="cuda")[None] >= torch.tensor([length, shorter], device="cuda")[:, None]
     grads = []
     for module in (auto, reference):
         inputs = x.clone().requires_grad_()
