@@ -12,7 +12,8 @@ Sections, each timed and each recorded even when it fails (a failure is a result
    score blocks / the plan's), their ratio, and peak memory against dense. Through the module's own choice
    (``impl=auto``: FlexAttention after its self-test, else the blocked kernel) and named.
 3. ``training``: BigBird Table 10 at paper size (RoBERTa-base, bf16, ``hardware=gpu1``) for a few updates: full
-   attention and BigBird-ITC at 4096 and 16384 tokens: tokens/s, MFU, peak memory, from each run's record.
+   attention and BigBird-ITC at 4096 and 16384 tokens; the Transformer base and UT base MT models at paper size
+   on Multi30k: tokens/s, MFU, peak memory, from each run's record.
 4. ``laptop``: the Synthesizer Table 2 En-De laptop preset, whole run on the GPU (launch to record): wall time,
    median step, and its test BLEU beside the committed CPU records of the same preset (the cross-device check).
 
@@ -55,6 +56,9 @@ TRAINING_ROWS = [
     ("BigBird-ITC, 4096", "bigbird/table10/bigbird_itc_4096", []),
     ("full attention, 16384", "bigbird/table10/full_512", ["task.block_len=16384", "model.max_len=16384"]),
     ("BigBird-ITC, 16384", "bigbird/table10/bigbird_itc_4096", ["task.block_len=16384", "model.max_len=16384"]),
+    # Dense base models of the MT tables at paper size, on the local Multi30k (WMT is not on the machine).
+    ("Transformer base, MT", "ut/table7/transformer_base", ["task=mt/multi30k_en_de"]),
+    ("UT base, MT", "ut/table7/ut_base", ["task=mt/multi30k_en_de"]),
 ]
 
 
