@@ -304,6 +304,13 @@ def goals_of(report: dict) -> list[dict]:
         else:
             goals.append(unmeasured_goal(f"35.table10.{length}", what, f">= {target}x",
                                          full.get("error") or itc.get("error") or "no GPU run"))
+    for label in ("full attention, 512", "full attention, 4096", "Transformer base, MT"):
+        run = training.get(label, {})
+        what = f"dense MFU (executed FLOPs, bf16): {label}"
+        if run.get("mfu") is not None and not report["dry_run"]:
+            goals.append(goal(f"36.mfu.{label}", what, run["mfu"], 0.40, unit="", digits=3))
+        else:
+            goals.append(unmeasured_goal(f"36.mfu.{label}", what, ">= 0.40", run.get("error") or "no GPU run"))
     laptop = report.get("laptop") or {}
     if laptop.get("step_s") and not report["dry_run"]:
         goals.append(goal("36.laptop.step", "Syn. Table 2 En-De laptop preset, median step", laptop["step_s"], 0.015,
