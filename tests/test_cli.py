@@ -65,3 +65,15 @@ def test_python_dash_m_entry_points_exist(module):
     import importlib
 
     assert callable(importlib.import_module(module).main)
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="this machine has a GPU")
+@pytest.mark.parametrize("hardware", ["hardware=gpu1", "hardware=gpu8"])
+def test_a_gpu_preset_without_a_gpu_is_refused_in_one_line(hardware, capsys, tmp_path, monkeypatch):
+    """Issue 38: exit 1 after a 24-line Hydra traceback, with a run folder left behind."""
+    monkeypatch.chdir(tmp_path)
+    code, err = _run_cli([hardware, "model=transformer_tiny", f"paths.runs_dir={tmp_path / 'runs'}"], capsys)
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert code == 2 and len(lines) == 1, err
+    assert "no CUDA GPU" in lines[0] and "hardware=cpu" in lines[0]
+    assert not (tmp_path / "runs").exists()

@@ -229,7 +229,7 @@ def main(argv: list[str] | None = None) -> None:
         from attnlab.training.storage import RunFolderLock, busy_message, check_can_create
 
         try:
-            compose_checked("train", argv)
+            check_devices_present(compose_checked("train", argv))
             run_dir = Path(_planned_run_dir(argv))
             check_can_create(run_dir)
         except user_errors() + run_errors() as exc:
@@ -261,6 +261,22 @@ def main(argv: list[str] | None = None) -> None:
             for folder, reason in sorted(failed.items()):
                 print(f"  {folder}: {reason}", file=sys.stderr)
             raise SystemExit(1)
+
+
+def check_devices_present(cfg: DictConfig) -> None:
+    """A GPU preset on a machine without the GPUs it asks for: one line naming the fix, before any folder
+    exists (Lightning would fail after the folder is made, with a traceback)."""
+    from attnlab.training.config import ConfigError
+
+    if cfg.hardware.accelerator not in ("gpu", "cuda"):
+        return
+    import torch
+
+    have = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if have < int(cfg.hardware.devices):
+        found = "no CUDA GPU" if have == 0 else f"{have} CUDA GPU(s)"
+        raise ConfigError(f"hardware={cfg.hardware.name} asks for {cfg.hardware.devices} GPU(s) but this machine has "
+                          f"{found}; use hardware=cpu (or cpu_bf16), or run on a machine with the GPUs")
 
 
 def check_sweep_spawns_no_processes(argv: list[str]) -> None:
