@@ -52,6 +52,7 @@ class TaskModule(L.LightningModule):
         if optim_cfg.get("freeze_embeddings"):
             freeze_embeddings(self.model)
         self._tokens_seen = 0
+        self._update_count: torch.Tensor | None = None  # loss count of the update so far (``loss_count``)
         self.eval_split_names: list[str] = list(task_info.get("eval_splits", {"test": "test"}))
         # Set by build_module from the task (plain callables and strings, not hyperparameters): whole-split
         # scoring of outputs (BLEU, ROUGE, MCC, bAbI failed tasks, ...) against ``references[split]``.
@@ -96,10 +97,45 @@ class TaskModule(L.LightningModule):
         self.log("train/nll", loss.detach(), on_step=True, on_epoch=False, prog_bar=False)
         self.log("train/loss", total.detach(), on_step=True, on_epoch=False, prog_bar=True)
         self._tokens_seen += tokens
-        return total
+        scale = self._update_scale()
+        if scale is None:
+            return total
+        # The update's loss is the mean over all its micro-batches and ranks (module doc of ``loss_count``):
+        # back-propagate the micro-batch's sum, times what Lightning (1 / accumulation) and DDP (1 / ranks)
+        # divide by; ``on_before_optimizer_step`` divides by the update's count over every rank.
+        count = torch.as_tensor(self.loss_count(batch), device=total.device, dtype=torch.float64)
+        self._update_count = self._update_count + count if self._update_count is not None else count
+        return total * count.to(total.dtype) * scale
+
+    def loss_count(self, batch) -> int | torch.Tensor:
+        """What the family's loss is a mean over in ``batch`` (target tokens, scored tokens, examples).
+
+        With gradient accumulation or several ranks, an update's micro-batches hold different counts (length
+        buckets, padding, masking): the mean of their means would weigh a token by its micro-batch's size, and
+        the optimisation would change with ``hardware``. The update's gradient is instead that of
+        sum(losses) / sum(counts) over the whole update, as one process with the whole batch computes it."""
+        raise NotImplementedError  # abstract
+
+    def _update_scale(self) -> float | None:
+        """accumulation x ranks when an update spans several micro-batches or ranks, else None (the
+        micro-batch's mean is the update's: the one-process, one-micro-batch path is left exactly as it is)."""
+        trainer = self._trainer
+        if trainer is None:
+            return None
+        parts = int(trainer.accumulate_grad_batches) * int(trainer.world_size)
+        return float(parts) if parts > 1 else None
 
     def on_before_optimizer_step(self, optimizer) -> None:
-        """Log the global gradient 2-norm (before clipping), on the steps that are logged."""
+        """Divide the summed gradients by the update's loss count over every rank (``loss_count``); then log
+        the global gradient 2-norm (before clipping, which Lightning runs after this hook) on logged steps."""
+        count, self._update_count = self._update_count, None
+        if count is not None:
+            if torch.distributed.is_available() and torch.distributed.is_initialized():
+                torch.distributed.all_reduce(count)
+            divisor = count.clamp_min(1.0)
+            for p in self.parameters():
+                if p.grad is not None:
+                    p.grad.div_(divisor.to(p.grad.dtype))
         trainer = self._trainer
         if trainer is None or not trainer.loggers:
             return
@@ -255,6 +291,9 @@ class Seq2SeqModule(TaskModule):
                                             self.optim_cfg["label_smoothing"])
         return ce / max(tokens, 1), aux, tokens
 
+    def loss_count(self, batch):
+        return batch["tgt_out"].ne(self.task_info["pad_id"]).sum()
+
     def decode(self, src: torch.Tensor) -> torch.Tensor:
         e, t = self.eval_cfg, self.task_info
         max_len = int(e["max_len_a"] * src.shape[1] + e["max_len_b"])
@@ -342,6 +381,10 @@ class LMModule(TaskModule):
                                             self.optim_cfg["label_smoothing"])
         return ce / max(tokens, 1), aux, tokens
 
+    def loss_count(self, batch):
+        real = batch["target"].ne(self.task_info["pad_id"])
+        return (real & batch["target_mask"]).sum() if "target_mask" in batch else real.sum()
+
     def _nll(self, batch):
         logits, _ = self.model(batch["ids"])
         _, nll, tokens = _label_smoothed_nll(logits, batch["target"], self.task_info["pad_id"], 0.0)
@@ -416,6 +459,9 @@ class ClassificationModule(TaskModule):
         loss = F.cross_entropy(logits.float(), batch["label"], label_smoothing=self.optim_cfg["label_smoothing"])
         return loss, aux, int(batch["ids"].ne(self.task_info["pad_id"]).sum())
 
+    def loss_count(self, batch):
+        return len(batch["label"])
+
     def validate_batch(self, batch, batch_number):
         logits, _ = self.model(batch["ids"])
         self.val_acc.update(logits.argmax(-1), batch["label"])
@@ -466,6 +512,9 @@ class RegressionModule(TaskModule):
     def compute_loss(self, batch):
         pred, aux = self._predict(batch)
         return F.mse_loss(pred, batch["label"].float()), aux, int(batch["ids"].ne(self.task_info["pad_id"]).sum())
+
+    def loss_count(self, batch):
+        return len(batch["label"])
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
@@ -520,6 +569,9 @@ class MaskedLMModule(TaskModule):
         logits, target, aux = self._logits(batch)
         loss = F.cross_entropy(logits.float(), target, label_smoothing=self.optim_cfg["label_smoothing"])
         return loss, aux, int(batch["ids"].numel())
+
+    def loss_count(self, batch):
+        return batch["scored"].sum()
 
     def validate_batch(self, batch, batch_number):
         logits, target, _ = self._logits(batch)
