@@ -114,3 +114,24 @@ def test_eval_rebuilds_the_same_config_from_a_scaled_run_folder(scaled_run):
     run_dir, _ = scaled_run
     cfg = load_run_config(run_dir, [])
     assert cfg.task.train_size == 64 and cfg.model.d_model == 64
+
+
+def test_the_config_hash_does_not_depend_on_hydra_being_set_up():
+    """Outside a Hydra run ``paths.run_dir`` (${hydra:runtime.output_dir}) cannot resolve; the hash, which
+    leaves paths out, must still be the run's (before, it fell back to hashing the unresolved config, and a
+    test or tool found no record by it depending on what had run before it in the process)."""
+    from hydra.core.hydra_config import HydraConfig
+
+    from attnlab.cli.common import compose, compose_checked
+    from attnlab.training.run import _safe_hash
+
+    argv = [*TINY, *TINY_ALGO, "seed=5"]
+    saved = HydraConfig.instance().cfg
+    try:
+        HydraConfig.instance().cfg = None
+        outside = _safe_hash(compose_checked("train", argv))
+        HydraConfig.instance().set_config(compose("train", argv, with_hydra=True))
+        inside = _safe_hash(compose_checked("train", argv))
+    finally:
+        HydraConfig.instance().cfg = saved
+    assert outside == inside

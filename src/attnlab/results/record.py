@@ -458,6 +458,11 @@ DEFAULT_HASH_EXCLUDE: tuple[str, ...] = (
 )
 
 
+def is_excluded(path: str, patterns: Iterable[str]) -> bool:
+    """Whether the dotted config ``path`` is left out of the hash by ``patterns``."""
+    return _excluded(path, patterns)
+
+
 def _excluded(path: str, patterns: Iterable[str]) -> bool:
     return any(fnmatch.fnmatchcase(path, p) or fnmatch.fnmatchcase(path, "*." + p) for p in patterns)
 

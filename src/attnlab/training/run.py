@@ -806,5 +806,28 @@ def _safe_hash(cfg: DictConfig) -> str | None:
     exclude = (*DEFAULT_HASH_EXCLUDE, *HASH_EXCLUDE_EXTRA)
     try:
         return config_hash(OmegaConf.to_container(cfg, resolve=True), exclude=exclude)
+    except Exception:  # noqa: BLE001 - resolved below without the keys the hash leaves out
+        pass
+    # Outside a Hydra run (a tool, a test after another test cleared Hydra's state) ``paths.run_dir`` =
+    # ${hydra:runtime.output_dir} cannot resolve; it is not hashed, so drop the excluded keys and resolve the
+    # rest: the same hash as inside the run.
+    trimmed = OmegaConf.create(OmegaConf.to_container(cfg, resolve=False))
+    _drop_excluded(trimmed, exclude, "")
+    try:
+        return config_hash(OmegaConf.to_container(trimmed, resolve=True), exclude=exclude)
     except Exception:  # noqa: BLE001 - an unresolvable config is hashed as written
         return config_hash(OmegaConf.to_container(cfg, resolve=False), exclude=exclude)
+
+
+def _drop_excluded(node: DictConfig, exclude: tuple[str, ...], prefix: str) -> None:
+    from attnlab.results.record import is_excluded
+
+    for key in list(node.keys()):
+        path = f"{prefix}{key}"
+        if is_excluded(path, exclude):
+            del node[key]
+            continue
+        child = node._get_node(key)
+        if isinstance(child, DictConfig) and not child._is_missing() and not child._is_none() \
+                and not child._is_interpolation():
+            _drop_excluded(child, exclude, path + ".")
