@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import logging
 import os
 import re
 import sys
@@ -17,6 +18,16 @@ import zlib
 from pathlib import Path
 
 from attnlab.tasks.base import DataError
+
+log = logging.getLogger("attnlab")
+# Files whose byte-order mark or CRLF line ends were removed in this process (said once per file).
+_CLEANED: set[tuple[str, str]] = set()
+
+
+def _say_once(path: Path, what: str) -> None:
+    if (str(path), what) not in _CLEANED:
+        _CLEANED.add((str(path), what))
+        log.info("data: %s: %s", path, what)
 
 
 def resolve_data_root(root: str | os.PathLike) -> Path:
@@ -51,10 +62,14 @@ def read_text(path: Path) -> str:
     except (OSError, EOFError, zlib.error) as exc:  # zlib.error: a damaged gzip stream
         raise DataError(f"cannot read data file {path}: {exc.__class__.__name__}: {exc}") from None
     try:
-        return raw.decode("utf-8")
+        text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         line = raw.count(b"\n", 0, exc.start) + 1
         raise DataError(f"{path}:{line}: not UTF-8 ({exc.reason} at byte {exc.start})") from None
+    if text.startswith("\ufeff"):  # a byte-order mark is not text: it would become a token of the vocabulary
+        _say_once(path, "removed the UTF-8 byte-order mark at its start")
+        text = text[1:]
+    return text
 
 
 # A longer line is refused: tokenizer training is quadratic in the length of a word, and a 1 MiB line
@@ -72,6 +87,8 @@ def read_lines(path: Path) -> list[str]:
         if len(line) > MAX_LINE_CHARS:
             raise DataError(f"{path}:{number}: line of {len(line)} characters, longer than the {MAX_LINE_CHARS} a "
                             f"data line may have; split or remove it")
+    if any(line.endswith("\r") for line in lines):
+        _say_once(path, "removed the \\r of its CRLF line ends")
     return [line[:-1] if line.endswith("\r") else line for line in lines]
 
 
@@ -111,10 +128,8 @@ def read_jsonl_numbered(path: Path) -> list[tuple[int, dict]]:
 
 
 def read_tsv(path: Path, *, header: bool, min_columns: int = 1) -> tuple[list[str], list[list[str]]]:
-    """(header fields, rows) of a tab-separated file (a UTF-8 BOM is dropped; quotes are kept as text)."""
+    """(header fields, rows) of a tab-separated file (``read_text`` drops a UTF-8 BOM; quotes are kept as text)."""
     lines = read_lines(path)
-    if lines and lines[0].startswith("\ufeff"):
-        lines[0] = lines[0][1:]
     head = lines[0].split("\t") if header and lines else []
     rows = []
     for number, line in enumerate(lines[1:] if header else lines, 2 if header else 1):
