@@ -229,7 +229,8 @@ def main(argv: list[str] | None = None) -> None:
         from attnlab.training.storage import RunFolderLock, busy_message, check_can_create
 
         try:
-            check_devices_present(compose_checked("train", argv))
+            checked = compose_checked("train", argv)
+            check_devices_present(checked)
             run_dir = Path(_planned_run_dir(argv))
             check_can_create(run_dir)
         except user_errors() + run_errors() as exc:
@@ -237,6 +238,10 @@ def main(argv: list[str] | None = None) -> None:
         owner = RunFolderLock.owner(run_dir)
         if owner is not None:
             fail(busy_message(run_dir, owner))
+        try:
+            check_resume_keeps_the_config(checked, run_dir)
+        except user_errors() as exc:
+            fail(one_line(exc))
     multirun = any(a in ("-m", "--multirun") for a in argv)
     if multirun and is_launch_rank_zero():
         try:
@@ -261,6 +266,34 @@ def main(argv: list[str] | None = None) -> None:
             for folder, reason in sorted(failed.items()):
                 print(f"  {folder}: {reason}", file=sys.stderr)
             raise SystemExit(1)
+
+
+def check_resume_keeps_the_config(cfg: DictConfig, run_dir: Path) -> None:
+    """Rerunning a command resumes its run folder: refuse a changed training key (the record would describe one
+    run made of two configurations), name what may change (``training.config.RESUMABLE_CHANGES``) in the log.
+    Compares the scaled config with the one the folder's run saved (``.hydra/config.yaml``)."""
+    from omegaconf import OmegaConf
+
+    from attnlab.training.checkpointing import has_checkpoints
+    from attnlab.training.config import ConfigError, resume_config_changes
+
+    saved = run_dir / ".hydra" / "config.yaml"
+    if cfg.get("ckpt_path") or cfg.get("resume", "auto") != "auto" or not saved.is_file() \
+            or not has_checkpoints(run_dir / "checkpoints"):
+        return
+    try:
+        before = OmegaConf.to_container(OmegaConf.load(saved), resolve=False)
+    except Exception:  # noqa: BLE001 - an unreadable saved config cannot be compared; the run itself decides
+        return
+    changed, allowed = resume_config_changes(before, OmegaConf.to_container(cfg, resolve=False))
+    if changed:
+        shown = "; ".join(f"{key}: {old!r} -> {new!r}" for key, old, new in changed[:4])
+        more = f" (and {len(changed) - 4} more)" if len(changed) > 4 else ""
+        raise ConfigError(f"{run_dir} holds a run of another configuration, and resuming it would make one record "
+                          f"of two: {shown}{more}; rerun with its values, or start a new run (another "
+                          f"paths.run_id)")
+    if allowed:
+        log.info("resuming %s with %s changed", run_dir, ", ".join(f"{k} {o!r} -> {n!r}" for k, o, n in allowed))
 
 
 def check_devices_present(cfg: DictConfig) -> None:

@@ -464,6 +464,39 @@ def check_root_keys(view: DictConfig) -> None:
         raise ConfigError(f"callbacks.checkpoint.every_n_steps={every!r} must be a positive integer or null")
 
 
+# Keys a resumed run may change without becoming another experiment: how long it trains, how it is validated
+# and logged, on what hardware (accumulation keeps the global batch), how it handles faults and which weights it
+# tests. Everything else a config hash covers must stay as the run was started.
+RESUMABLE_CHANGES = ("trainer.max_steps", "trainer.val_check_interval", "trainer.limit_val_batches",
+                     "trainer.limit_test_batches", "trainer.enable_progress_bar", "trainer.num_sanity_val_steps",
+                     "hardware", "callbacks", "logger", "nan_policy", "max_skipped_batches", "test_weights", "resume",
+                     "ckpt_path", "debug_mode")
+
+
+def resume_config_changes(before: dict[str, Any], after: dict[str, Any]) -> tuple[list, list]:
+    """([(key, old, new)] that forbid resuming, [(key, old, new)] that are allowed), over the keys a config
+    hash covers (``results.record``'s exclusions left out), as dotted paths."""
+    from attnlab.results.record import DEFAULT_HASH_EXCLUDE, is_excluded
+
+    def flat(node: Any, prefix: str, out: dict[str, Any]) -> dict[str, Any]:
+        if isinstance(node, dict) and node:
+            for key, value in node.items():
+                flat(value, f"{prefix}{key}.", out)
+        else:
+            out[prefix[:-1]] = node
+        return out
+
+    old, new = flat(before, "", {}), flat(after, "", {})
+    forbidden, allowed = [], []
+    for key in sorted(old.keys() | new.keys()):
+        if is_excluded(key, DEFAULT_HASH_EXCLUDE) or old.get(key) == new.get(key):
+            continue
+        change = (key, old.get(key), new.get(key))
+        safe = any(key == k or key.startswith(k + ".") for k in RESUMABLE_CHANGES)
+        (allowed if safe else forbidden).append(change)
+    return forbidden, allowed
+
+
 def check_resume_config(cfg: DictConfig) -> None:
     """The root config's reliability keys alone (``validate`` checks them too)."""
     check_root_keys(resolved_view(cfg))

@@ -1,0 +1,44 @@
+"""Resuming a run folder with a changed configuration: refused when it changes the experiment, said when not."""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+
+from attnlab.cli.train import main as train_main
+from attnlab.training.config import resume_config_changes
+from tests.conftest import TINY, TINY_ALGO, train_cli
+
+from .helpers import one_clear_line, run_cli
+
+
+def test_which_changes_forbid_resuming():
+    before = {"optim": {"lr": 1e-3}, "trainer": {"max_steps": 4}, "hardware": {"devices": 1},
+              "paths": {"run_dir": "a"}, "model": {"d_model": 64}}
+    after = {"optim": {"lr": 0.5}, "trainer": {"max_steps": 8}, "hardware": {"devices": 2},
+             "paths": {"run_dir": "b"}, "model": {"d_model": 64, "extra": 1}}
+    forbidden, allowed = resume_config_changes(before, after)
+    assert forbidden == [("model.extra", None, 1), ("optim.lr", 1e-3, 0.5)]
+    assert allowed == [("hardware.devices", 1, 2), ("trainer.max_steps", 4, 8)]  # paths: not the experiment
+
+
+def test_resuming_with_another_learning_rate_is_refused_and_touches_nothing(trained_run, tmp_path, capsys, caplog):
+    """Issue 38: the run resumed at its last checkpoint with the new rate, silently; its record then described
+    one run made of two configurations."""
+    run_dir = tmp_path / "run"
+    shutil.copytree(trained_run, run_dir)
+    before = {p.relative_to(run_dir): p.read_bytes() for p in run_dir.rglob("*") if p.is_file()}
+    argv = [*TINY, *TINY_ALGO, "logger=csv", "seed=3", f"hydra.run.dir={run_dir}"]
+    code, err = run_cli(train_main, [*argv, "optim.lr=0.5"], capsys)
+    assert code == 2
+    line = one_clear_line(err)
+    assert "optim.lr" in line and "0.5" in line and "paths.run_id" in line
+    after = {p.relative_to(run_dir): p.read_bytes() for p in run_dir.rglob("*") if p.is_file()}
+    assert after == before
+    # a change that leaves the experiment as it was (train longer) resumes, and says so
+    with caplog.at_level(logging.INFO, logger="attnlab"):
+        train_cli(tmp_path, [*argv, "trainer.max_steps=6"])
+    assert any("trainer.max_steps 4 -> 6" in r.getMessage() for r in caplog.records)
+    record = json.loads((run_dir / "results.json").read_text())
+    assert record["status"] == "completed" and record["cost"]["steps"] == 6
