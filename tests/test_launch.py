@@ -52,9 +52,11 @@ def test_a_sweep_that_would_spawn_processes_is_refused_in_one_line(hardware, tmp
     assert not (tmp_path / "runs").exists() and not (tmp_path / "multirun").exists()
 
 
-def test_a_rank_other_than_zero_trains_in_rank_zeros_folder_and_writes_nothing(tmp_path, monkeypatch, capsys):
+def test_a_rank_other_than_zero_trains_in_rank_zeros_folder_and_writes_nothing(tmp_path, monkeypatch):
     """Lightning's child finds the folder locked by rank 0 (its parent): it must train there, not refuse,
-    and never take the lock, save the config or write a record (before issue 42 it exited 'in use')."""
+    and never take the lock, save the config or write a record (before issue 42 it exited 'in use').
+    No ``capsys`` here: Hydra's job logging would bind a console handler to capsys's stream, which is closed
+    after the test, and every later log line of this worker would fail."""
     import attnlab.training.run as run_module
 
     run_dir = tmp_path / "run"

@@ -23,7 +23,7 @@ def test_which_changes_forbid_resuming():
     assert allowed == [("hardware.devices", 1, 2), ("trainer.max_steps", 4, 8)]  # paths: not the experiment
 
 
-def test_resuming_with_another_learning_rate_is_refused_and_touches_nothing(trained_run, tmp_path, capsys, caplog):
+def test_resuming_with_another_learning_rate_is_refused_and_touches_nothing(trained_run, tmp_path, capsys):
     """Issue 38: the run resumed at its last checkpoint with the new rate, silently; its record then described
     one run made of two configurations."""
     run_dir = tmp_path / "run"
@@ -36,7 +36,14 @@ def test_resuming_with_another_learning_rate_is_refused_and_touches_nothing(trai
     assert "optim.lr" in line and "0.5" in line and "paths.run_id" in line
     after = {p.relative_to(run_dir): p.read_bytes() for p in run_dir.rglob("*") if p.is_file()}
     assert after == before
-    # a change that leaves the experiment as it was (train longer) resumes, and says so
+
+
+def test_resuming_to_train_longer_is_allowed_and_said(trained_run, tmp_path, caplog):
+    """No ``capsys`` in a test that runs Hydra's job: its console log handler would keep capsys's stream, closed
+    after the test, and every later log line of the worker would fail."""
+    run_dir = tmp_path / "run"
+    shutil.copytree(trained_run, run_dir)
+    argv = [*TINY, *TINY_ALGO, "logger=csv", "seed=3", f"hydra.run.dir={run_dir}"]
     with caplog.at_level(logging.INFO, logger="attnlab"):
         train_cli(tmp_path, [*argv, "trainer.max_steps=6"])
     assert any("trainer.max_steps 4 -> 6" in r.getMessage() for r in caplog.records)
