@@ -93,6 +93,8 @@ def flex_self_test(plan: BlockSparsePlan, *, heads: int, head_dim: int, dtype: t
         if not error <= FLEX_TOLERANCE.get(dtype, 5e-2) * max(1.0, float(b.abs().max())):
             return f"{name} differs from the reference by {error:.3g}"
     return None
+
+
 _ROW_CHUNK_SCORES = 1 << 22  # random scores drawn at once when drawing a plan (bounds the transient memory)
 
 
@@ -446,8 +448,8 @@ class BigBirdAttention(Attention):
             length = length or self.max_len
             blocks = flex_bucket(self.num_blocks(length), self.max_blocks)
             padded = padded or blocks * self.block_size != length  # the forward masks the padding it adds
-            shape = (str(device), str(dtype or torch.get_default_dtype()), blocks, self.num_heads,
-                     self.head_dim, self.causal, padded, need_grad)
+            shape = (device, dtype or torch.get_default_dtype(), blocks, self.num_heads, self.head_dim,
+                     self.causal, padded, need_grad)
             return "flex" if self._flex_passes(shape) else "blocked"
         if impl == "flex" and not flex_available(device, need_grad):
             raise AttentionError(
@@ -461,11 +463,12 @@ class BigBirdAttention(Attention):
         shape and process (``FLEX_SELF_TESTS``)."""
         if shape not in FLEX_SELF_TESTS:
             device, dtype, blocks, heads, head_dim, causal, padded, need_grad = shape
-            plan = self.plan_for_length(blocks * self.block_size, torch.device(device))
-            failure = flex_self_test(plan, heads=heads, head_dim=head_dim, dtype=getattr(torch, dtype.split(".")[-1]),
-                                     padded=padded, need_grad=need_grad)
+            plan = self.plan_for_length(blocks * self.block_size, device)
+            failure = flex_self_test(plan, heads=heads, head_dim=head_dim, dtype=dtype, padded=padded,
+                                     need_grad=need_grad)
             FLEX_SELF_TESTS[shape] = failure is None
-            what = (f"{blocks * self.block_size} tokens, {heads} heads of {head_dim}, {dtype.split('.')[-1]}, "
+            dtype_name = str(dtype).removeprefix("torch.")
+            what = (f"{blocks * self.block_size} tokens, {heads} heads of {head_dim}, {dtype_name}, "
                     f"{'causal' if causal else 'bidirectional'}{', padded' if padded else ''}, "
                     f"{'forward + backward' if need_grad else 'forward'}")
             if failure is None:

@@ -460,10 +460,6 @@ DEFAULT_HASH_EXCLUDE: tuple[str, ...] = (
 
 def is_excluded(path: str, patterns: Iterable[str]) -> bool:
     """Whether the dotted config ``path`` is left out of the hash by ``patterns``."""
-    return _excluded(path, patterns)
-
-
-def _excluded(path: str, patterns: Iterable[str]) -> bool:
     return any(fnmatch.fnmatchcase(path, p) or fnmatch.fnmatchcase(path, "*." + p) for p in patterns)
 
 
@@ -472,7 +468,7 @@ def _strip(obj: Any, patterns: tuple[str, ...], prefix: str) -> Any:
         out = {}
         for key, value in obj.items():
             path = f"{prefix}{key}"
-            if not _excluded(path, patterns):
+            if not is_excluded(path, patterns):
                 out[str(key)] = _strip(value, patterns, path + ".")
         return out
     if isinstance(obj, (list, tuple)):

@@ -470,7 +470,7 @@ def check_root_keys(view: DictConfig) -> None:
 RESUMABLE_CHANGES = ("trainer.max_steps", "trainer.val_check_interval", "trainer.limit_val_batches",
                      "trainer.limit_test_batches", "trainer.enable_progress_bar", "trainer.num_sanity_val_steps",
                      "hardware", "callbacks", "logger", "nan_policy", "max_skipped_batches", "test_weights", "resume",
-                     "ckpt_path", "debug_mode")
+                     "ckpt_path", "debug_mode", "plugins")
 
 
 def resume_config_changes(before: dict[str, Any], after: dict[str, Any]) -> tuple[list, list]:

@@ -4,18 +4,14 @@ A DDP run is several processes running the same command: Lightning's subprocess 
 1..n-1 itself (``LOCAL_RANK``, and ``NODE_RANK``/``GROUP_RANK`` on the other nodes), torchrun starts every rank
 (``RANK``), SLURM starts one task per rank (``SLURM_PROCID``). Only global rank 0 owns the run folder: it takes
 the folder lock, writes the config, the record, failure records and the log ``train.log``; every other rank
-trains and writes nothing of its own but ``train.rank<N>.log``. Imports neither torch nor Lightning, so the
-command-line preflight can ask before a run starts.
+trains and writes nothing of its own but ``train.<position>.log`` (``log_file_name``). Imports neither torch
+nor Lightning, so the command-line preflight can ask before a run starts.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-
-# Every variable a launcher sets to a nonzero value in a process that is not global rank 0. Lightning's
-# subprocess launcher sets LOCAL_RANK in its children only (and NODE_RANK in the node's first process).
-RANK_VARIABLES = ("RANK", "SLURM_PROCID", "NODE_RANK", "GROUP_RANK", "LOCAL_RANK")
 
 
 def _as_int(value: str | None) -> int:

@@ -500,6 +500,12 @@ class ClassificationModule(TaskModule):
 class RegressionModule(TaskModule):
     """Encoder with one output (STS-B): MSE loss; Pearson/Spearman through the task's ``text_scorer``."""
 
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        # Summed squared error / examples over every rank: the split's mean, not a mean of batch means.
+        self.val_loss = Ratio()
+        self.test_mse = torch.nn.ModuleList(Ratio() for _ in self.eval_split_names)
+
     def build_model(self):
         t = self.task_info
         return EncoderClassifier(self.model_cfg, vocab=t["vocab_size"], pad_id=t["pad_id"],
@@ -515,12 +521,6 @@ class RegressionModule(TaskModule):
 
     def loss_count(self, batch):
         return len(batch["label"])
-
-    def __init__(self, *args, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
-        # Summed squared error / examples over every rank: the split's mean, not a mean of batch means.
-        self.val_loss = Ratio()
-        self.test_mse = torch.nn.ModuleList(Ratio() for _ in self.eval_split_names)
 
     def validate_batch(self, batch, batch_number):
         pred, _ = self._predict(batch)
