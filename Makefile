@@ -20,7 +20,7 @@ export ATTNLAB_DATA_ROOT ?= $(abspath ../shared/data)
 endif
 
 .DEFAULT_GOAL := help
-.PHONY: help install demo test test-slow test-gpu test-all lint format golden bench tables check-tables publish-runs rerun clean gpu-check
+.PHONY: help install demo test test-slow test-gpu test-all lint format golden bench baselines tables check-tables publish-runs rerun clean gpu-check
 
 help: ## List every target with a one-line description
 	@awk -v color=$$([ -t 1 ] && echo 1) 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_%-]+:.*## / {name[++n] = $$1; \
@@ -77,6 +77,9 @@ golden: $(STAMP) ## Rewrite the resolved-config snapshots in tests/golden (revie
 
 bench: $(STAMP) ## Run the performance benchmarks (ratios vs same-process baselines; results/bench/); BENCH_ARGS=--quick
 	$(BIN)/python benchmarks/run_all.py $(BENCH_ARGS)
+
+baselines: $(STAMP) ## Compute the trivial baseline of every published run's task from the local data (results/baselines; before make tables)
+	$(BIN)/python -m attnlab.cli.baselines --runs $(PUBLISHED) --out results/baselines --data-root $(ATTNLAB_DATA_ROOT)
 
 tables: $(STAMP) ## Rebuild every results table and results/CLAIMS.md from the committed run records in results/runs (no training)
 	$(BIN)/attnlab-table table=all runs=$(PUBLISHED) out=results/ readme=$(TABLE_READMES)

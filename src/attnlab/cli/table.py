@@ -22,6 +22,7 @@ from typing import Any
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
+from attnlab.results.baselines import BASELINES_FOLDER, load_table_baselines
 from attnlab.results.build import build_table
 from attnlab.results.errors import SpecError, TableError
 from attnlab.results.loading import Corrupt, Loaded, corrupt_hint, load_records
@@ -95,8 +96,10 @@ def build_tables(cfg: Mapping[str, Any] | DictConfig) -> list[Path]:
         print("attnlab-table: paper_tables.yaml not found; paper cells show n/a", file=sys.stderr)
     files: dict[Path, bytes] = {}
     built_all = []
+    baselines_root = Path(cfg.get("baselines") or Path(cfg.get("out") or "results/") / BASELINES_FOLDER)
     for spec in specs:
-        built = build_table(spec, records, papers, corrupt)
+        baselines = load_table_baselines(baselines_root, spec.name)
+        built = build_table(spec, records, papers, corrupt, baselines)
         built_all.append(built)
         files.update(render_all(built, cfg.get("out") or "results/", plot=bool(cfg.get("plot", True))))
     if table == "all":  # the overview covers every spec, so only a build of all of them writes it

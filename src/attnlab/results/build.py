@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from attnlab.results.baselines import TableBaselines
 from attnlab.results.configs import config_groups, differing_keys
 from attnlab.results.errors import TableError
 from attnlab.results.loading import Corrupt, Loaded
@@ -86,6 +87,7 @@ class BuiltTable:
     caption: str
     footnotes: list[str]
     corrupt_unplaced: list[Corrupt]
+    baselines: TableBaselines | None = None  # the trivial baselines of the runs (results/baselines/<table>.json)
 
     @property
     def has_paper(self) -> bool:
@@ -129,7 +131,8 @@ def _neg_time(created: Any) -> str:
     return "".join(chr(0x10FFFF - ord(c)) for c in str(created or ""))
 
 
-def _metric_value(rec: Loaded, m: MetricSpec) -> float | None:
+def metric_value(rec: Loaded, m: MetricSpec) -> float | None:
+    """The record's value of a plain column, in the column's shown units (None when absent or not finite)."""
     value = get_field(rec.data, f"metrics.{m.source}")
     if not isinstance(value, Mapping):
         return None
@@ -181,9 +184,13 @@ def _paper_cell(
 
 
 def build_table(
-    spec: TableSpec, records: list[Loaded], papers: PaperTables, corrupt: Sequence[Corrupt] = ()
+    spec: TableSpec, records: list[Loaded], papers: PaperTables, corrupt: Sequence[Corrupt] = (),
+    baselines: TableBaselines | None = None,
 ) -> BuiltTable:
-    """Group records into the spec's rows and compute every cell; never raises for missing data."""
+    """Group records into the spec's rows and compute every cell; never raises for missing data.
+
+    ``baselines``: the trivial baselines of the runs (columns with ``trivial:``), shown in the caption and required
+    by the claims; without them those claims read inconclusive ("not computed")."""
     ptable = None
     if spec.paper and papers.found:
         try:
@@ -221,7 +228,7 @@ def build_table(
             failed = [r for r in mine_m if r.data.get("status") == "failed"]
             running = [r for r in mine_m if r.data.get("status") == "running"]
             _refuse_mixed_configs(spec, row, m, used)
-            scored = [(r, _metric_value(r, m)) for r in used]
+            scored = [(r, metric_value(r, m)) for r in used]
             per_seed[m.label] = {r.data.get("seed"): v for r, v in scored if v is not None}
             values = [v for _, v in scored if v is not None]
             extras = []
@@ -268,10 +275,73 @@ def build_table(
         rows=rows,
         paper_table=ptable,
         paper_found=papers.found,
-        caption=_caption(spec, rows, ptable, papers),
+        caption=_caption(spec, rows, ptable, papers) + _trivial_caption(spec, rows, baselines),
         footnotes=_footnotes(spec, ptable, papers),
         corrupt_unplaced=unplaced,
+        baselines=baselines,
     )
+
+
+def run_values(row: RowResult, metrics: Sequence[MetricSpec], index: int,
+               baselines: TableBaselines | None) -> list[tuple[float, float | None]]:
+    """(our value, the run's trivial baseline) per seed of one cell, in shown units; the baseline is None where it
+    was not computed. A mean_of column averages both the way its cell does (per seed, over common seeds)."""
+    m = metrics[index]
+    if m.mean_of is None:
+        out = []
+        for rec in row.used:
+            if not matches(rec.data, m.match):
+                continue
+            value = metric_value(rec, m)
+            if value is not None:
+                base = None if baselines is None else baselines.value(rec.data, m.ours)
+                out.append((value, None if base is None else base * m.scale))
+        return out
+    by_label = {x.label: x for x in metrics}
+    groups = [item if isinstance(item, list) else [item] for item in m.mean_of]
+    per_seed: dict[str, dict[Any, tuple[float, float | None]]] = {}
+    for label in (lab for g in groups for lab in g):
+        component = by_label[label]
+        per_seed[label] = {}
+        for rec in row.used:
+            if matches(rec.data, component.match) and (value := metric_value(rec, component)) is not None:
+                base = None if baselines is None else baselines.value(rec.data, component.ours)
+                per_seed[label][rec.data.get("seed")] = (value, None if base is None else base * component.scale)
+    seeds = set.intersection(*(set(v) for v in per_seed.values())) if per_seed else set()
+    out = []
+    for seed in sorted(seeds, key=str):
+        value = statistics.fmean(statistics.fmean(per_seed[lab][seed][0] for lab in g) for g in groups)
+        bases = [per_seed[lab][seed][1] for g in groups for lab in g]
+        base = None if None in bases else statistics.fmean(
+            statistics.fmean(per_seed[lab][seed][1] for lab in g) for g in groups)
+        out.append((value, base))
+    return out
+
+
+def _trivial_caption(spec: TableSpec, rows: list[RowResult], baselines: TableBaselines | None) -> str:
+    """One sentence per column with a trivial baseline: its value(s) over the runs, what it is, the margin."""
+    parts = []
+    for i, m in enumerate(spec.metrics):
+        if m.trivial is None:
+            continue
+        pairs = [p for row in rows for p in run_values(row, spec.metrics, i, baselines)]
+        values = sorted({round(b, m.digits) for _, b in pairs if b is not None})
+        if not pairs:
+            continue
+        if not values:
+            parts.append(f"{m.label} not computed (make baselines)")
+            continue
+        shown = "-".join(dict.fromkeys(f"{v:.{m.digits}f}" for v in (values[0], values[-1])))
+        missing = sum(b is None for _, b in pairs)
+        parts.append(f"{m.label} {shown}" + (f" ({missing} runs not computed)" if missing else ""))
+    if not parts:
+        return ""
+    whats = sorted({e["what"] for e in (baselines.entries.values() if baselines else [])})
+    margins = sorted({f"{m.label} {m.trivial.margin:g}" for m in spec.metrics if m.trivial is not None
+                      and m.trivial.margin})
+    return (f" Trivial baseline ({'; '.join(whats) or 'not computed'}; computed from the data by make baselines): "
+            f"{', '.join(parts)}. A claim is decided only when the better of its rows beats it in every run"
+            + (f" by more than {', '.join(margins)}" if margins else "") + ".")
 
 
 def _refuse_mixed_configs(spec: TableSpec, row: RowSpec, m: MetricSpec, used: list[Loaded]) -> None:

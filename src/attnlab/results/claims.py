@@ -10,7 +10,12 @@ of means (the one-sample t interval when ``b`` is a number). The claim
 - **not held** when the whole interval lies outside it,
 - **inconclusive** when the interval straddles an edge of the range (the difference is too small for the
   seeds we have), when a row has fewer than two seeds (no interval can be formed), or when the runs miss a
-  precondition of the claim (``requires``: e.g. BigBird attending at most half of the keys),
+  precondition of the claim (``requires``: e.g. BigBird attending at most half of the keys); and, on a column
+  with a trivial baseline (``trivial:``, :mod:`attnlab.tasks.trivial`), when the better of the compared rows (by
+  mean; the row itself when ``b`` is a number) does not beat the baseline of its task by more than the margin in
+  every run: a verdict between rows that learned nothing the task is about says nothing about the claim. Only
+  the better row must: when one row learns the task and the other fails it (the UT paper's Transformer at 10x
+  the training length), that difference is the result,
 - **not run** when a row has no completed run with the metric (missing, failed, still running): a claim
   never passes on runs that are not there.
 
@@ -23,7 +28,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from attnlab.results.build import BuiltTable, RowResult, get_field
+from attnlab.results.build import BuiltTable, RowResult, get_field, run_values
 from attnlab.results.spec import ClaimSpec, Requirement
 from attnlab.results.stats import CONFIDENCE, SEEDS_LIMIT, Interval, seeds_to_decide, welch_interval
 
@@ -31,7 +36,9 @@ HELD, NOT_HELD, INCONCLUSIVE, NOT_RUN = "held", "not held", "inconclusive", "not
 RULE = (
     f"Claims: Welch {CONFIDENCE:.0%} t interval of the difference of means over seeds (one-sample t against a "
     "fixed number); held = the whole interval inside the claimed range, not held = wholly outside, "
-    "inconclusive = it straddles an edge, a row has < 2 seeds or the runs miss the claim's precondition, "
+    "inconclusive = it straddles an edge, a row has < 2 seeds, the runs miss the claim's precondition or the "
+    "better compared row does not beat the task's trivial baseline (computed from the data) by the column's margin "
+    "in every run, "
     "not run = a row has no completed run."
 )
 
@@ -47,6 +54,7 @@ class ClaimResult:
     reason: str  # why inconclusive or not run; empty otherwise
     paper_difference: float | None  # the paper's a - b, where both cells are published numbers
     paper_agrees: bool | None  # whether the paper's own numbers satisfy the claim
+    at_trivial_baseline: bool = False  # the better row does not beat the task's trivial baseline (or none computed)
 
 
 def in_range(value: float, claim: ClaimSpec) -> bool:
@@ -100,18 +108,20 @@ def evaluate_claim(built: BuiltTable, claim: ClaimSpec) -> ClaimResult:
     # Seeds left out of a row's numbers (failed, running, corrupt) are said beside any result: never silent.
     left_out = [f"{r.spec.label}: {r.cells[mi].note}" for r in (row_a, row_b) if r is not None and r.cells[mi].note]
 
-    def result(status, interval=None, estimate=None, reason=""):
+    def result(status, interval=None, estimate=None, reason="", at_floor=False):
         if left_out and status != NOT_RUN:
             reason = "; ".join([reason, *left_out] if reason else left_out)
-        return ClaimResult(claim, status, len(a), n_b, interval, estimate, reason, paper_diff, paper_agrees)
+        return ClaimResult(claim, status, len(a), n_b, interval, estimate, reason, paper_diff, paper_agrees, at_floor)
 
     missing = [_why_missing(r, mi) for r, v in ((row_a, a), (row_b, b)) if r is not None and not v]
     if missing:
         return result(NOT_RUN, reason="; ".join(missing))
     estimate = sum(a) / len(a) - (b if row_b is None else sum(b) / len(b))
-    unmet = _unmet_requirements(built, claim)
+    floor = _below_trivial_baseline(built, mi, row_a, a, row_b, b)
+    unmet = "; ".join(x for x in (_unmet_requirements(built, claim), floor) if x)
     if unmet:
-        return result(INCONCLUSIVE, estimate=estimate, reason=f"the runs do not test the claim: {unmet}")
+        return result(INCONCLUSIVE, estimate=estimate, reason=f"the runs do not test the claim: {unmet}",
+                      at_floor=bool(floor))
     if len(a) < 2 or (row_b is not None and len(b) < 2):
         return result(INCONCLUSIVE, estimate=estimate, reason="fewer than 2 seeds in a row: no interval")
     interval = welch_interval(a, b)
@@ -123,6 +133,30 @@ def evaluate_claim(built: BuiltTable, claim: ClaimSpec) -> ClaimResult:
         reason = (f"the interval straddles an edge of the claimed range; {plan} seeds per row would decide it if "
                   f"the means and spreads stayed as observed")
     return result(status, interval, estimate, reason)
+
+
+def _below_trivial_baseline(built: BuiltTable, mi: int, row_a: RowResult, a: list[float], row_b: RowResult | None,
+                            b: list[float] | float) -> str:
+    """Why the better compared row does not beat its task's trivial baseline ('' when it does, or the column has
+    none): the row, its worst run and that run's baseline."""
+    m = built.spec.metrics[mi]
+    if m.trivial is None:
+        return ""
+    sign = 1.0 if m.direction == "higher" else -1.0
+    better = row_a
+    if row_b is not None and sign * (sum(b) / len(b)) > sign * (sum(a) / len(a)):
+        better = row_b
+    pairs = run_values(better, built.spec.metrics, mi, built.baselines)
+    label, d = better.spec.label, m.digits
+    if not pairs or any(base is None for _, base in pairs):
+        return f"{label}: trivial baseline of {m.label} not computed for its runs (make baselines)"
+    value, base = min(pairs, key=lambda p: sign * (p[0] - p[1]))
+    if sign * (value - base) > m.trivial.margin:
+        return ""
+    by = f" by more than {m.trivial.margin:g}" if m.trivial.margin else ""
+    what = "a run" if len(pairs) > 1 else "its run"
+    return (f"{label}, the better row, at {value:.{d}f} in {what}, trivial baseline {base:.{d}f} "
+            f"(it must beat it{by} in every run)")
 
 
 def _unmet_requirements(built: BuiltTable, claim: ClaimSpec) -> str:

@@ -17,6 +17,7 @@ Spec format (all keys but ``title``, ``metrics`` and ``rows`` optional)::
         paper_scale: 100                  # paper x paper_scale is shown (default 1)
         paper_part: 1                     # a paper cell printed as a pair "F1/acc": 1 takes F1, 2 takes acc
         digits: 2
+        trivial: {baseline: constant_output, margin: 5}   # the task's trivial baseline (attnlab.tasks.trivial)
     rows:
       - label: Transformer
         paper_row: Transformer
@@ -65,6 +66,22 @@ class MetricSpec:
     match: dict[str, Any] = field(default_factory=dict)  # records of this column only (on top of the row's)
     mean_of: list[Any] | None = None  # labels of other metrics (nested lists averaged first)
     paper_part: int | None = None  # 1 or 2: which number of a paper cell printed as a pair ("F1/acc", "F1a/EM")
+    trivial: TrivialSpec | None = None  # the task's trivial baseline on this column (see TrivialSpec)
+
+
+@dataclass
+class TrivialSpec:
+    """The task's trivial baseline on one column and how far a row must beat it before claims count.
+
+    ``baseline`` names a function of :mod:`attnlab.tasks.trivial` (e.g. ``story_free_answer``); ``attnlab-baselines``
+    computes it for every run behind the table from the run's own task configuration and writes
+    ``results/baselines/<paper>/<table>.json``. A ``mean_of`` column takes the mean of its columns' baselines and
+    names none. ``margin`` is in the column's shown units: a row beats the baseline when every run of it is better
+    by more than the margin.
+    """
+
+    margin: float
+    baseline: str | None = None
 
 
 @dataclass
@@ -160,14 +177,19 @@ class TableSpec:
     path: Path | None = None
 
 
+    def metric(self, label: str) -> MetricSpec:
+        return next(m for m in self.metrics if m.label == label)
+
+
 _SPEC_KEYS = {"title", "paper", "table", "data", "match", "notes", "metrics", "rows", "claims", "laptop"}
 _CLAIM_KEYS = {"claim", "source", "metric", "a", "b", "test", "margin", "requires"}
 _REQUIRE_KEYS = {"row", "field", "at_most", "at_least"}
 _LAPTOP_KEYS = {"protocol", "per_run_s", "runs"}
 _METRIC_KEYS = {
     "ours", "label", "direction", "scale", "paper_key", "paper_part", "paper_scale", "digits", "from", "match",
-    "mean_of",
+    "mean_of", "trivial",
 }  # fmt: skip
+_TRIVIAL_KEYS = {"baseline", "margin"}
 _ROW_KEYS = {"label", "match", "paper_row"}
 
 
@@ -232,6 +254,7 @@ def spec_from_dict(data: Any, name: str, where: str = "spec") -> TableSpec:
                 match=dict(metric_match),
                 mean_of=None if mean_of is None else list(mean_of),
                 paper_part=paper_part,
+                trivial=_trivial(m.get("trivial"), mean_of is not None, w),
             )
         )
     _check_means(metrics, where)
@@ -349,6 +372,24 @@ def _requirements(items: Any, rows: list[str], where: str) -> list[Requirement]:
     return out
 
 
+def _trivial(data: Any, is_mean: bool, where: str) -> TrivialSpec | None:
+    if data is None:
+        return None
+    w = f"{where}: trivial"
+    if not isinstance(data, Mapping):
+        raise SpecError(f"{w}: needs a mapping with baseline (a name in attnlab.tasks.trivial) and margin")
+    _unknown(w, data, _TRIVIAL_KEYS)
+    margin = data.get("margin")
+    if isinstance(margin, bool) or not isinstance(margin, (int, float)) or margin < 0:
+        raise SpecError(f"{w}: margin must be a number >= 0 in the column's shown units")
+    name = data.get("baseline")
+    if is_mean and name is not None:
+        raise SpecError(f"{w}: a mean_of column takes the mean of its columns' baselines; give only margin")
+    if not is_mean and not (isinstance(name, str) and name):
+        raise SpecError(f"{w}: needs baseline, the name of a trivial baseline (attnlab.tasks.trivial.BASELINES)")
+    return TrivialSpec(margin=float(margin), baseline=name)
+
+
 def _laptop(data: Any, where: str) -> LaptopSpec | None:
     if data is None:
         return None
@@ -387,6 +428,9 @@ def _check_means(metrics: list[MetricSpec], where: str) -> None:
                         f"{where}: metrics[{i}]: mean_of names {label!r}, which is not the label of an 'ours' "
                         f"column (labels: {', '.join(sorted(plain))})"
                     )
+                if m.trivial is not None and next(x for x in metrics if x.label == label).trivial is None:
+                    raise SpecError(f"{where}: metrics[{i}]: a mean_of column with trivial needs a trivial baseline on "
+                                    f"each of its columns; {label!r} has none")
 
 
 def list_specs(experiments_dir: str | os.PathLike) -> dict[str, Path]:

@@ -74,8 +74,8 @@ class DialogueScorer:
         }
 
 
-@register_task_family("dialogue")
-def load_dialogue(cfg: dict[str, Any], seed: int) -> TaskData:
+def dialogue_split_pairs(cfg: dict[str, Any]) -> tuple[dict[str, list[tuple[str, str]]], dict[str, int]]:
+    """(context, reply) pairs per split as the loader trains and scores them, and the dialogues per split."""
     if cfg["source"] != "local":
         raise DataError("task.source for dialogue must be local (ParlAI text files under paths.data_root)")
     root = resolve_data_root(cfg["data_root"])
@@ -100,6 +100,13 @@ def load_dialogue(cfg: dict[str, Any], seed: int) -> TaskData:
         split: [ex for d in ds for ex in examples(d, int(cfg["history_turns"]), bool(cfg["use_persona"]))]
         for split, ds in by_split.items()
     }
+    return split_pairs, {split: len(ds) for split, ds in by_split.items()}
+
+
+@register_task_family("dialogue")
+def load_dialogue(cfg: dict[str, Any], seed: int) -> TaskData:
+    split_pairs, dialogue_counts = dialogue_split_pairs(cfg)
+    fractions = cfg.get("split_fractions") or {}
     flavours = {
         "bleu1/bleu4": f"sacreBLEU corpus BLEU with max n-gram order 1 / 4; signature "
                        f"{bleu_signature(max_ngram_order=4)} (ngram order varies)",
@@ -109,7 +116,7 @@ def load_dialogue(cfg: dict[str, Any], seed: int) -> TaskData:
         "meteor": "unavailable offline: needs NLTK's WordNet data download",
         "embedding_similarity": "unavailable offline: needs pretrained word embeddings (download)",
         "split": (f"dialogues of {cfg['files'].get('all')} split {dict(fractions)} by dialogue (seed "
-                  f"{cfg.get('seed_split', 0)}): {', '.join(f'{k} {len(v)}' for k, v in by_split.items())} dialogues")
+                  f"{cfg.get('seed_split', 0)}): {', '.join(f'{k} {n}' for k, n in dialogue_counts.items())} dialogues")
         if fractions else "official files per split",
     }
     return text_seq2seq_task(cfg, split_pairs, DialogueScorer(), flavours, "context->reply", truncate_eval_src=True)

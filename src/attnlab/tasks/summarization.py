@@ -42,7 +42,8 @@ class RougeScorer:
         return rouge_f1(hypotheses, references, types=ROUGE_TYPES, use_stemmer=True)
 
 
-def _rows(cfg: dict[str, Any], split: str) -> list[dict]:
+def summary_rows(cfg: dict[str, Any], split: str) -> list[dict]:
+    """The raw rows of one split (local JSON Lines or the hub), each with the source and target fields."""
     if cfg["source"] == "hub":
         ds = load_hub_dataset(cfg["hub_id"], cfg.get("hub_config"),
                               local_hint="the local stand-in is task=sum/samsum")
@@ -67,7 +68,7 @@ def load_summarization(cfg: dict[str, Any], seed: int) -> TaskData:
     split_pairs = {}
     references = {}
     for split in ("train", "val", "test"):
-        rows = _rows(cfg, split)
+        rows = summary_rows(cfg, split)
         split_pairs[split] = [(to_model_text(r[src_f]), to_model_text(r[tgt_f])) for r in rows]
         references[split] = [normalise_reference(r[tgt_f]) for r in rows]
     flavours = {

@@ -12,7 +12,7 @@ from collections import Counter
 from collections.abc import Sequence
 
 from attnlab.results.build import BuiltTable
-from attnlab.results.claims import HELD, INCONCLUSIVE, NOT_HELD, NOT_RUN, evaluate_claims
+from attnlab.results.claims import HELD, INCONCLUSIVE, NOT_HELD, NOT_RUN, ClaimResult, evaluate_claims
 from attnlab.results.render.common import md_escape, total_wall_s
 
 INDEX_FILENAME = "README.md"  # under out/
@@ -28,19 +28,22 @@ def _seeds(built: BuiltTable) -> str:
     return str(counts[0]) if len(counts) == 1 else f"{counts[0]}-{counts[-1]}"
 
 
-def _laptop(built: BuiltTable) -> str:
+def _laptop(built: BuiltTable, results: Sequence[ClaimResult]) -> str:
     lap = built.spec.laptop
     if lap is None:
         return "—"
     if lap.protocol.startswith("None"):
         return "none (the table says why)"
-    if lap.per_run_s is None:
-        return "yes (not measured)"
-    return f"yes (~{lap.per_run_s:.0f} s per run)"
+    cost = "not measured" if lap.per_run_s is None else f"~{lap.per_run_s:.0f} s per run"
+    # A protocol whose runs all sit at the task's trivial baseline exists but tests none of the table's claims.
+    floored = [r for r in results if built.spec.metric(r.spec.metric).trivial is not None and r.status != NOT_RUN]
+    if floored and all(r.at_trivial_baseline for r in floored):
+        return f"runs at the trivial baseline ({cost})"
+    return f"yes ({cost})"
 
 
-def _claims(built: BuiltTable) -> tuple[str, Counter]:
-    counts = Counter(r.status for r in evaluate_claims(built))
+def _claims(results: Sequence[ClaimResult]) -> tuple[str, Counter]:
+    counts = Counter(r.status for r in results)
     if not counts:
         return "no claims", counts
     return " / ".join(str(counts.get(s, 0)) for s in _STATUSES), counts
@@ -80,11 +83,12 @@ def render_results_index(built_tables: Sequence[BuiltTable]) -> str:
             with_runs = sum(1 for row in built.rows if row.used)
             tables_with_runs += bool(with_runs)
             runs += sum(len(row.used) for row in built.rows)
-            claims, counts = _claims(built)
+            results = evaluate_claims(built)
+            claims, counts = _claims(results)
             total_claims += counts
             link = f"[`{built.spec.name}`]({built.spec.name}.md): {md_escape(built.spec.title)}"
             hours = f"{_wall_hours(built):.1f}" if with_runs else "—"
-            cells = [link, f"{with_runs} of {len(built.rows)}", _seeds(built), claims, hours, _laptop(built)]
+            cells = [link, f"{with_runs} of {len(built.rows)}", _seeds(built), claims, hours, _laptop(built, results)]
             lines.append("| " + " | ".join(cells) + " |")
         sections += [*lines, ""]
     claims_total = sum(total_claims.values())
@@ -102,7 +106,10 @@ def render_results_index(built_tables: Sequence[BuiltTable]) -> str:
         "Each table puts our numbers beside the paper's. At laptop scale (2 CPU cores, minutes per run) the rows "
         "are compared with each other, never with the paper's absolute numbers; a table whose laptop protocol is "
         "\"none\" could not test its claims within that budget, and its caption says why. Seeds per row: the "
-        "completed seeds behind each mean (a range when rows differ). Run time: the summed wall time of those runs.",
+        "completed seeds behind each mean (a range when rows differ). Run time: the summed wall time of those runs. "
+        "Laptop protocol \"runs at the trivial baseline\": the protocol ran, but on every claimed column the better "
+        "row does no better than an output that ignores the input (computed from the data, `make baselines`), so "
+        "it tests none of the table's claims.",
         "",
     ]
     return "\n".join(head + sections)

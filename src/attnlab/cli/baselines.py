@@ -1,0 +1,154 @@
+"""attnlab-baselines: the trivial baseline behind every run of every table (``make baselines``).
+
+For each table spec with a ``trivial:`` column, every run behind that column has its task configuration read
+from its folder (``.hydra/config.yaml``, the config that ran), the named baseline computed from the local data
+(:mod:`attnlab.tasks.trivial`), and ``<out>/<paper>/<table>.json`` written (:mod:`attnlab.results.baselines`).
+Runs sharing a task configuration and seed share one computation. ``make tables`` then reads these files.
+
+    attnlab-baselines                                   every table; runs in results/runs, files in results/baselines
+    attnlab-baselines --table ut/table1_joint1k         one table
+    attnlab-baselines --check                           exit 1 unless the files are what the runs and data give
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from attnlab.results.baselines import BASELINES_FOLDER, baselines_document, baselines_file
+from attnlab.results.build import build_table, matches
+from attnlab.results.errors import SpecError, TableError
+from attnlab.results.loading import load_records
+from attnlab.results.paper import load_paper_tables
+from attnlab.results.spec import TableSpec, list_specs, load_spec
+
+log = logging.getLogger("attnlab.baselines")
+
+# Keys of a task config that say where things are on this machine, not what the task is.
+_MACHINE_KEYS = ("data_root", "tokenizer_cache")
+
+
+def run_task_config(run_dir: Path, data_root: str) -> tuple[dict[str, Any], int]:
+    """The resolved ``task`` section and the seed of a published run, its data read from ``data_root``."""
+    from omegaconf import OmegaConf
+
+    path = run_dir / ".hydra" / "config.yaml"
+    if not path.is_file():
+        raise TableError(f"{run_dir}: no .hydra/config.yaml (the config that ran); a published run keeps it")
+    cfg = OmegaConf.load(path)
+    cfg.paths.data_root = data_root
+    return OmegaConf.to_container(cfg.task, resolve=True), int(cfg.seed)
+
+
+def task_key(name: str, task: dict[str, Any], seed: int) -> str:
+    what = {k: v for k, v in task.items() if k not in _MACHINE_KEYS}
+    text = json.dumps({"baseline": name, "task": what, "seed": seed}, sort_keys=True, default=str)
+    return f"{name}-{hashlib.sha256(text.encode()).hexdigest()[:16]}"
+
+
+def _commit() -> str:
+    import subprocess
+
+    try:
+        out = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True, check=True,
+                             cwd=Path(__file__).resolve().parent)
+        return out.stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def table_baselines(spec: TableSpec, records, data_root: str, cache: dict[str, dict[str, Any]]) -> tuple[dict, dict]:
+    """(entries, runs) of one table: every completed run behind a column with a named trivial baseline."""
+    from attnlab.tasks.trivial import compute_baseline
+
+    built = build_table(spec, records, load_paper_tables(None))
+    entries: dict[str, dict[str, Any]] = {}
+    runs: dict[str, str] = {}
+    for m in spec.metrics:
+        if m.trivial is None or m.trivial.baseline is None:
+            continue
+        for row in built.rows:
+            for rec in row.used:
+                if not matches(rec.data, m.match):
+                    continue
+                task, seed = run_task_config(rec.path.parent, data_root)
+                key = task_key(m.trivial.baseline, task, seed)
+                if key not in cache:
+                    log.info("%s: %s for %s seed %d", spec.name, m.trivial.baseline, task.get("name"), seed)
+                    got = compute_baseline(m.trivial.baseline, task, seed)
+                    cache[key] = {"name": got.name, "what": got.what, "task": task.get("name"), "seed": seed,
+                                  "values": {k: round(float(v), 6) for k, v in sorted(got.values.items())},
+                                  "inputs": got.inputs}
+                previous = runs.setdefault(str(rec.data.get("config_hash")), key)
+                if previous != key:
+                    raise SpecError(f"{spec.path or spec.name}: run {rec.path.parent} is behind columns with two "
+                                    f"different trivial baselines ({previous}, {key}); give one baseline per task")
+                entries[key] = cache[key]
+    return entries, runs
+
+
+def write_baselines(experiments_dir: Path, runs_root: Path, out: Path, data_root: str, tables: list[str] | None,
+                    check: bool = False) -> list[str]:
+    """Compute and write (or, with ``check``, compare) the baselines files; returns the files written or stale."""
+    specs = [load_spec(name, experiments_dir) for name in (tables or list_specs(experiments_dir))]
+    specs = [s for s in specs if any(m.trivial is not None for m in s.metrics)]
+    records, _ = load_records([runs_root], skip_corrupt=True)
+    cache: dict[str, dict[str, Any]] = {}
+    made_by = f"attnlab-baselines at {_commit()}"
+    changed = []
+    for spec in specs:
+        entries, runs = table_baselines(spec, records, data_root, cache)
+        path = baselines_file(out, spec.name)
+        old = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+        if old is not None and old.get("baselines") == entries and old.get("runs") == runs:
+            continue  # same numbers: keep the file (and the commit it names)
+        changed.append(str(path))
+        if not check:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(".json.tmp")
+            tmp.write_text(baselines_document(spec.name, entries, runs, made_by), encoding="utf-8")
+            os.replace(tmp, path)
+    return changed
+
+
+def main(argv: list[str] | None = None) -> None:
+    from attnlab.results.paper import default_experiments_dir
+    from attnlab.tasks.base import DataError
+
+    parser = argparse.ArgumentParser(prog="attnlab-baselines", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--table", action="append", help="a spec name (<paper>/<table>); default: every table")
+    parser.add_argument("--runs", default="results/runs", help="the published run folders (default results/runs)")
+    parser.add_argument("--out", default=f"results/{BASELINES_FOLDER}", help="where the files go")
+    parser.add_argument("--experiments-dir", default=None, help="the table specs (default: experiments/)")
+    parser.add_argument("--data-root", default=os.environ.get("ATTNLAB_DATA_ROOT", "data"),
+                        help="the local datasets (default $ATTNLAB_DATA_ROOT)")
+    parser.add_argument("--check", action="store_true", help="write nothing; exit 1 when a file would change")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    try:
+        changed = write_baselines(Path(args.experiments_dir or default_experiments_dir()), Path(args.runs),
+                                  Path(args.out), str(Path(args.data_root).resolve()), args.table, check=args.check)
+    except (TableError, SpecError, DataError) as exc:
+        print(f"attnlab-baselines: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+    if args.check:
+        if changed:
+            print(f"attnlab-baselines: {len(changed)} file(s) differ from what the runs and data give: "
+                  f"{', '.join(changed)}; run make baselines and commit", file=sys.stderr)
+            raise SystemExit(1)
+        print("attnlab-baselines: every baselines file matches the runs and the data")
+        return
+    for path in changed:
+        print(f"wrote {path}")
+    if not changed:
+        print("attnlab-baselines: every baselines file already matches the runs and the data")
+
+
+if __name__ == "__main__":
+    main()
