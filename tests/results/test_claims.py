@@ -16,7 +16,7 @@ from attnlab.results.errors import SpecError, TableError
 from attnlab.results.loading import load_records
 from attnlab.results.paper import load_paper_tables
 from attnlab.results.spec import load_spec, spec_from_dict
-from attnlab.results.stats import Interval, welch_interval
+from attnlab.results.stats import CONFIDENCE, LOOKS, OVERALL_ERROR, Interval, welch_interval
 from tests.results.conftest import SPEC
 
 
@@ -41,13 +41,39 @@ def _seeds(put_record, recurrence: str, accs: list[float], **extra) -> None:
 
 def test_welch_interval_matches_scipy():
     a, b = [1.0, 2.0, 3.0, 4.5], [4.0, 6.0, 8.0]
-    ours = welch_interval(a, b)
-    ref = scipy_stats.ttest_ind(a, b, equal_var=False).confidence_interval(0.95)
-    assert (ours.low, ours.high) == pytest.approx((ref.low, ref.high), rel=1e-9)
+    for level in (0.95, CONFIDENCE):
+        ours = welch_interval(a, b, level)
+        ref = scipy_stats.ttest_ind(a, b, equal_var=False).confidence_interval(level)
+        assert (ours.low, ours.high) == pytest.approx((ref.low, ref.high), rel=1e-9)
+    assert welch_interval(a, b) == welch_interval(a, b, CONFIDENCE)  # the rule's level is the default
     one = welch_interval(a, 2.0)
-    ref1 = scipy_stats.ttest_1samp(a, 2.0).confidence_interval(0.95)
+    ref1 = scipy_stats.ttest_1samp(a, 2.0).confidence_interval(CONFIDENCE)
     assert (one.low + 2.0, one.high + 2.0) == pytest.approx((ref1.low, ref1.high), rel=1e-9)
     assert welch_interval([1.0, 1.0], [0.0, 0.0]) == Interval(1.0, 1.0, 1.0, None)  # identical seeds
+
+
+def _two_look_false_decisions(level: float, sims: int = 100_000) -> float:
+    """How often the seed rule (read at LOOKS[0] seeds, add seeds up to LOOKS[1] where inconclusive) decides a
+    difference whose true value is 0, with two equal normal rows and a claim edge at 0: vectorised Welch
+    intervals, each look at ``level``."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal((sims, LOOKS[-1])), rng.standard_normal((sims, LOOKS[-1]))
+    decided = np.zeros(sims, dtype=bool)
+    for n in LOOKS:
+        var_a, var_b = a[:, :n].var(1, ddof=1) / n, b[:, :n].var(1, ddof=1) / n
+        df = (var_a + var_b) ** 2 / (var_a**2 / (n - 1) + var_b**2 / (n - 1))
+        half = scipy_stats.t.ppf(0.5 + level / 2, df) * np.sqrt(var_a + var_b)
+        estimate = a[:, :n].mean(1) - b[:, :n].mean(1)
+        decided |= (estimate - half > 0) | (estimate + half < 0)
+    return float(decided.mean())
+
+
+def test_two_looks_at_the_rules_level_keep_false_verdicts_at_five_percent():
+    # The audit's finding (issue 41): 95% at both looks decides falsely 6.8% of the time (optional stopping).
+    assert _two_look_false_decisions(0.95) == pytest.approx(0.068, abs=0.003)
+    assert _two_look_false_decisions(CONFIDENCE) <= OVERALL_ERROR
 
 
 def test_seeds_to_decide_by_hand():
@@ -55,12 +81,12 @@ def test_seeds_to_decide_by_hand():
 
     # One sample a = [0, 1, 2] against 0 (mean 1, sd 1), claim "> 0": the interval is 1 +- t(n-1) / sqrt(n).
     # t(0.975; 5) = 2.5706 -> 1.049 at n = 6 (still straddles 0); t(0.975; 6) = 2.4469 -> 0.925 at n = 7.
-    assert seeds_to_decide([0.0, 1.0, 2.0], 0.0, (0.0, math.inf)) == 7
+    assert seeds_to_decide([0.0, 1.0, 2.0], 0.0, (0.0, math.inf), confidence=0.95) == 7
     # Two rows with sd 1 each, difference 1: se = sqrt(2 / n), Welch df = 2 (n - 1).
     # n = 8: t(0.975; 14) = 2.1448 x 0.5 = 1.072; n = 9: t(0.975; 16) = 2.1199 x 0.4714 = 0.9993 < 1.
-    assert seeds_to_decide([0.0, 1.0, 2.0], [-1.0, 0.0, 1.0], (0.0, math.inf)) == 9
+    assert seeds_to_decide([0.0, 1.0, 2.0], [-1.0, 0.0, 1.0], (0.0, math.inf), confidence=0.95) == 9
     # "within 2": the nearest edge of [-2, 2] is 1 away as well, on the other side
-    assert seeds_to_decide([0.0, 1.0, 2.0], [-1.0, 0.0, 1.0], (-2.0, 2.0)) == 9
+    assert seeds_to_decide([0.0, 1.0, 2.0], [-1.0, 0.0, 1.0], (-2.0, 2.0), confidence=0.95) == 9
     assert seeds_to_decide([0.0, 1.0, 2.0], 1.0, (0.0, math.inf)) is None  # a - b = 0 on the edge: never decided
     assert seeds_to_decide([0.0, 10.0, 20.0], 9.0, (0.0, math.inf), limit=20) is None  # 1 +- ~10 t / sqrt(n)
 
@@ -142,7 +168,7 @@ def test_table_all_writes_claims_overview_and_check_holds_it(workspace, put_reco
     overview = (workspace / "out" / "CLAIMS.md").read_text()
     assert "1 claims: 1 held, 0 not held, 0 inconclusive, 0 not run." in overview
     assert "| UT beats the Transformer | UT > Transformer on Seq. acc. | 3, 3 | +20.00 |" in overview
-    assert "Welch 95% t interval" in overview
+    assert "Welch 97.06% t interval" in overview
     table_md = (workspace / "out" / "toy" / "t1.md").read_text()
     assert "## Claims" in table_md and "**held**" in table_md
     build_tables({**cfg, "check": True})

@@ -131,3 +131,21 @@ def test_constant_output_on_the_copy_task_uses_the_test_streams():
         assert got[f"{prefix}/char_acc"] == pytest.approx(best / total)
         assert got[f"{prefix}/seq_acc"] == pytest.approx(Counter(map(tuple, targets)).most_common(1)[0][1] / 60)
     assert got["test/char_acc"] < 0.3  # random digits: about 1 in 10 at long lengths
+
+
+def test_unigram_perplexity_of_a_tiny_word_corpus_by_hand(tmp_path):
+    import math
+
+    (tmp_path / "train.txt").write_text("a a b\n")
+    (tmp_path / "test.txt").write_text("a b\n")
+    cfg = {"name": "lm/tiny", "loader": "text_lm", "source": "local", "data_root": str(tmp_path),
+           "files": {"train": "train.txt", "val": "test.txt", "test": "test.txt"}, "tokenizer": {"kind": "word"},
+           "block_len": 2}
+    got = compute_baseline("unigram", cfg, 1).values
+    # training stream a a b <eos> (4 tokens); vocabulary: the specials, <eos>, a, b. Add-one unigram:
+    # p(x) = (count + 1) / (4 + V). Test stream a b <eos>: one block of 2 targets, b and <eos>.
+    from attnlab.tasks.vocab import SPECIALS
+
+    vocab = len(SPECIALS) + 3
+    p_b, p_eos = (1 + 1) / (4 + vocab), (1 + 1) / (4 + vocab)
+    assert got == {"test/ppl": pytest.approx(math.exp(-(math.log(p_b) + math.log(p_eos)) / 2))}

@@ -3,8 +3,9 @@
 The rule (stated in every table and in results/CLAIMS.md, see :data:`RULE`): a claim says that the difference
 ``a - b`` of one metric (``b`` a row or a fixed number) lies in a range (``greater``: above the margin;
 ``at_least``: at or above minus the margin; ``less``/``at_most`` the mirror images; ``within``: between
-minus and plus the margin). Over the seeds of each row we compute Welch's 95% t interval of the difference
-of means (the one-sample t interval when ``b`` is a number). The claim
+minus and plus the margin). Over the seeds of each row we compute Welch's t interval of the difference
+of means (the one-sample t interval when ``b`` is a number) at Pocock's per-look level for the two looks at the
+data the seed rule takes (3 seeds, then 5 where inconclusive; :data:`attnlab.results.stats.CONFIDENCE`). The claim
 
 - **held** when the whole interval lies inside the claimed range,
 - **not held** when the whole interval lies outside it,
@@ -15,7 +16,8 @@ of means (the one-sample t interval when ``b`` is a number). The claim
   mean; the row itself when ``b`` is a number) does not beat the baseline of its task by more than the margin in
   every run: a verdict between rows that learned nothing the task is about says nothing about the claim. Only
   the better row must: when one row learns the task and the other fails it (the UT paper's Transformer at 10x
-  the training length), that difference is the result,
+  the training length), that difference is the result; and for ``at_least``/``at_most``/``within`` when every
+  seed of both rows gave the same number (a zero-width interval between two constants is no evidence),
 - **not run** when a row has no completed run with the metric (missing, failed, still running): a claim
   never passes on runs that are not there.
 
@@ -30,16 +32,25 @@ from dataclasses import dataclass
 
 from attnlab.results.build import BuiltTable, RowResult, get_field, run_values
 from attnlab.results.spec import ClaimSpec, Requirement
-from attnlab.results.stats import CONFIDENCE, SEEDS_LIMIT, Interval, seeds_to_decide, welch_interval
+from attnlab.results.stats import (
+    CONFIDENCE,
+    OVERALL_ERROR,
+    SEEDS_LIMIT,
+    Interval,
+    seeds_to_decide,
+    welch_interval,
+)
 
 HELD, NOT_HELD, INCONCLUSIVE, NOT_RUN = "held", "not held", "inconclusive", "not run"
 RULE = (
-    f"Claims: Welch {CONFIDENCE:.0%} t interval of the difference of means over seeds (one-sample t against a "
+    f"Claims: Welch {CONFIDENCE:.2%} t interval of the difference of means over seeds (one-sample t against a "
     "fixed number); held = the whole interval inside the claimed range, not held = wholly outside, "
     "inconclusive = it straddles an edge, a row has < 2 seeds, the runs miss the claim's precondition or the "
     "better compared row does not beat the task's trivial baseline (computed from the data) by the column's margin "
-    "in every run, "
-    "not run = a row has no completed run."
+    "in every run, or (at least / at most / within) every seed of both rows gave the same number (no interval); "
+    "not run = a row has no completed run. Seeds come in two looks (3 per row, then 4-5 where a claim is "
+    f"inconclusive at 3): each look is read at Pocock's level for two looks ({1 - CONFIDENCE:.2%}), so the "
+    f"procedure decides a true-zero difference at most {OVERALL_ERROR:.0%} of the time."
 )
 
 
@@ -125,6 +136,10 @@ def evaluate_claim(built: BuiltTable, claim: ClaimSpec) -> ClaimResult:
     if len(a) < 2 or (row_b is not None and len(b) < 2):
         return result(INCONCLUSIVE, estimate=estimate, reason="fewer than 2 seeds in a row: no interval")
     interval = welch_interval(a, b)
+    if interval.df is None and claim.test in ("at_least", "at_most", "within"):
+        # "a at least b" between two constants (both rows 0% in every seed) would read held with no evidence
+        return result(INCONCLUSIVE, interval, estimate, reason="every seed of both rows gave the same number: no "
+                      "spread to build an interval on, and equality of constants is not evidence of 'at least'")
     status = interval_status(interval, claim)
     reason = ""
     if status == INCONCLUSIVE:

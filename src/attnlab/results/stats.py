@@ -22,12 +22,19 @@ def summarize(values: Sequence[float]) -> Stat | None:
     return Stat(statistics.fmean(values), std, len(values))
 
 
-CONFIDENCE = 0.95
+# Seeds are added in two looks: 3 per row, then seeds 4-5 where a claim is inconclusive at 3 (issue 14's rule).
+# Reading both looks at 95% decides a true-zero difference 6.8% of the time (optional stopping; simulated in
+# tests/results/test_claims.py), so each look uses Pocock's constant nominal level for two looks at an overall
+# 5% (Pocock 1977, K = 2: 0.0294), which keeps the two-look procedure at or below 5%.
+OVERALL_ERROR = 0.05
+POCOCK_NOMINAL = {1: 0.05, 2: 0.0294}  # looks -> the nominal two-sided level of every look
+LOOKS = (3, 5)  # the seed counts at which claims are read
+CONFIDENCE = 1 - POCOCK_NOMINAL[len(LOOKS)]
 
 
 @dataclass
 class Interval:
-    """A 95% interval of a difference of means: the estimate, its bounds, and how it was computed."""
+    """A CONFIDENCE interval of a difference of means: the estimate, its bounds, and how it was computed."""
 
     estimate: float
     low: float

@@ -255,3 +255,72 @@ def constant_reply(cfg: dict[str, Any], seed: int) -> TrivialBaseline:
 
 REPLY_CANDIDATES = 100  # the most frequent training replies tried as the constant
 REPLY_SAMPLE = 2000  # training replies the candidates are scored against (seeded sample)
+
+
+# --- language modelling: a unigram model of the training stream ------------------------------------------------
+
+
+def _unigram_log2(train_ids, vocab_size: int):
+    """log2 p(token) of an add-one (Laplace) unigram model of the training token stream, for every id."""
+    import numpy as np
+
+    counts = np.bincount(np.asarray(train_ids, dtype=np.int64), minlength=vocab_size).astype(np.float64) + 1.0
+    return np.log2(counts / counts.sum())
+
+
+@register_baseline("unigram", loaders=("text_lm", "masked_lm", "lambada"))
+def unigram(cfg: dict[str, Any], seed: int) -> TrivialBaseline:
+    """An add-one unigram model of the training token stream (the run's own tokenizer and blocks): the probability
+    of a token regardless of its context, scored on the tokens the task scores (every target of the causal LM's
+    test blocks; the masked positions of the masked LM's test blocks, masked from the task's eval_seed)."""
+    import math
+
+    import numpy as np
+
+    task = build_task(cfg, seed)
+    values: dict[str, float] = {}
+    if cfg["loader"] == "lambada":  # the passages' last words (LM trained on another corpus: its unigram)
+        log2p = _unigram_log2(task.datasets["train"].stream.numpy(), task.vocab_size)
+        best = int(np.argmax(log2p))
+        for prefix, split in task.eval_splits.items():
+            nats = tokens_nats = tokens = right = 0.0
+            passages = task.datasets[split]
+            for item in passages.items:
+                ids, mask = np.asarray(item["ids"][1:]), np.asarray(item["mask"][1:], dtype=bool)
+                token_nats = -log2p[ids] * math.log(2)
+                nats += float(token_nats[mask].sum())
+                tokens_nats += float(token_nats.sum())
+                tokens += len(ids)
+                right += bool((ids[mask] == best).all())
+            values.update({f"{prefix}/last_word_ppl": math.exp(nats / len(passages)),
+                           f"{prefix}/last_word_acc": 100.0 * right / len(passages),
+                           f"{prefix}/ppl": math.exp(tokens_nats / tokens)})
+    elif cfg["loader"] == "text_lm":
+        train = task.datasets["train"].stream.numpy()
+        log2p = _unigram_log2(train, task.vocab_size)
+        for prefix, split in task.eval_splits.items():
+            data = task.datasets[split]
+            targets = data.stream[1 : data.count * data.block_len + 1].numpy()
+            nats = -float(log2p[targets].sum()) * math.log(2)
+            values[f"{prefix}/ppl"] = math.exp(nats / len(targets))
+            if data.flags is not None:  # subword tokens: per whitespace word (and line end) too
+                words = int(data.flags[1 : data.count * data.block_len + 1].sum())
+                values[f"{prefix}/word_ppl"] = math.exp(nats / words)
+    else:
+        train = task.datasets["train"].stream
+        log2p = _unigram_log2(train, task.vocab_size)
+        best = int(np.argmax(log2p))
+        for prefix, split in task.eval_splits.items():
+            data = task.datasets[split]
+            bits = chars = right = count = 0.0
+            for i in range(len(data)):
+                block = data[i]
+                scored = block["scored"].numpy()
+                targets = block["target"].numpy()[scored]
+                bits -= float(log2p[targets].sum())
+                chars += float(block["chars"].numpy()[scored].sum())
+                right += float((targets == best).sum())
+                count += len(targets)
+            values.update({f"{prefix}/mlm_acc": right / count, f"{prefix}/bits_per_token": bits / count,
+                           f"{prefix}/bpc": bits / chars, f"{prefix}/loss": bits * math.log(2) / count})
+    return TrivialBaseline("unigram", "an add-one unigram model of the training tokens (no context)", values)

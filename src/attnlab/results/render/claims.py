@@ -18,8 +18,9 @@ from attnlab.results.claims import (
     fmt_interval,
 )
 from attnlab.results.render.common import md_escape, total_wall_s
+from attnlab.results.stats import CONFIDENCE
 
-HEADER = ["Claim", "Test", "n (a, b)", "Ours a − b", "95% interval", "Paper a − b", "Result"]
+HEADER = ["Claim", "Test", "n (a, b)", "Ours a − b", f"{CONFIDENCE:.2%} interval", "Paper a − b", "Result"]
 
 
 def _digits(built: BuiltTable, result: ClaimResult) -> int:
@@ -83,7 +84,7 @@ def render_claims_overview(built_tables: Sequence[BuiltTable]) -> str:
     return "\n".join(lines)
 
 
-PAPER_SUMMARY_HEADER = ["Table", "Claim", "Ours a − b (95% interval)", "Paper a − b", "Result"]
+PAPER_SUMMARY_HEADER = ["Table", "Claim", f"Ours a − b ({CONFIDENCE:.2%} interval)", "Paper a − b", "Result"]
 
 
 def render_paper_claims(built_tables: Sequence[BuiltTable], paper: str) -> str:
