@@ -57,6 +57,7 @@ define reproduce
 	ATTNLAB_SKIP_EXISTING=1 ATTNLAB_PUBLISHED_RUNS=$(PUBLISHED) $(BIN)/attnlab-train -m experiment=$(call repro_rows,$(1)) seed=$(SEEDS) \
 		scale=$(SCALE) hardware=$(HARDWARE) paths.runs_dir=$(RUNS) $(repro_launcher) $(ARGS)
 	$(BIN)/python -m attnlab.results.publish $(RUNS) $(PUBLISHED) --only $(1)
+	$(BIN)/python -m attnlab.cli.baselines --runs $(PUBLISHED) --out results/baselines --data-root $(ATTNLAB_DATA_ROOT) $(foreach spec,$(call repro_specs,$(1)),--table $(spec))
 	$(foreach spec,$(call repro_specs,$(1)),$(BIN)/attnlab-table table=$(spec) runs=$(PUBLISHED) out=$(TABLES_OUT) print=true &&) true
 endef
 

@@ -226,3 +226,29 @@ def test_a_failed_seed_beside_completed_ones_is_said_with_the_result(workspace, 
                "metrics.final": {}})  # fmt: skip
     result = _evaluate(workspace, [_claim("ut above", "greater")])["ut above"]
     assert result.status == HELD and result.n_a == 3 and result.reason == "UT: +1 failed"
+
+
+def test_at_least_between_two_constants_is_not_evidence_but_above_is(workspace, put_record):
+    # Both rows at exactly 0.25 in every seed: "UT at least the Transformer" used to read held on a zero-width
+    # interval; equality of constants decides no non-inferiority. A strict "above" between different
+    # constants is still decided (0.5 vs 0.25 in every seed).
+    _seeds(put_record, "stacked", [0.25, 0.25, 0.25])
+    _seeds(put_record, "ut", [0.25, 0.25, 0.25])
+    same = _evaluate(workspace, [_claim("at least", "at_least"), _claim("within", "within", margin=1.0)])
+    assert same["at least"].status == INCONCLUSIVE and "same number" in same["at least"].reason
+    assert same["within"].status == INCONCLUSIVE
+    _seeds(put_record, "ut", [0.5, 0.5, 0.5])
+    assert _evaluate(workspace, [_claim("above", "greater")])["above"].status == HELD
+
+
+def test_a_claims_caveat_is_printed_beside_its_verdict(workspace, put_record):
+    from attnlab.results.render.claims import claims_section
+
+    _seeds(put_record, "stacked", [0.30, 0.31, 0.32])
+    _seeds(put_record, "ut", [0.50, 0.51, 0.52])
+    claim = {**_claim("ut above", "greater"), "caveat": "the UT row alone has dropout 0.3"}
+    spec = {**SPEC, "claims": [claim]}
+    (workspace / "experiments" / "toy" / "t1.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
+    records, _ = load_records([workspace / "runs"])
+    built = build_table(load_spec("toy/t1", workspace / "experiments"), records, load_paper_tables())
+    assert "| **held**; caveat: the UT row alone has dropout 0.3 |" in "\n".join(claims_section(built))

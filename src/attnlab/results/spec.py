@@ -134,6 +134,7 @@ class ClaimSpec:
     test: str  # greater | at_least | less | at_most | within
     margin: float = 0.0
     requires: list[Requirement] = field(default_factory=list)  # preconditions on the runs (else inconclusive)
+    caveat: str = ""  # what else differs between the rows (a confound), printed beside the verdict
 
     def claimed_range(self) -> tuple[float, float, bool, bool]:
         return CLAIM_TESTS[self.test](self.margin)
@@ -182,7 +183,7 @@ class TableSpec:
 
 
 _SPEC_KEYS = {"title", "paper", "table", "data", "match", "notes", "metrics", "rows", "claims", "laptop"}
-_CLAIM_KEYS = {"claim", "source", "metric", "a", "b", "test", "margin", "requires"}
+_CLAIM_KEYS = {"claim", "source", "metric", "a", "b", "test", "margin", "requires", "caveat"}
 _REQUIRE_KEYS = {"row", "field", "at_most", "at_least"}
 _LAPTOP_KEYS = {"protocol", "per_run_s", "runs"}
 _METRIC_KEYS = {
@@ -340,6 +341,7 @@ def _claims(items: Any, metrics: list[MetricSpec], rows: list[str], where: str) 
                 b=float(b) if is_number else str(b),
                 test=str(c["test"]),
                 margin=float(margin),
+                caveat=str(c.get("caveat") or ""),
             )
         )
     return out

@@ -34,8 +34,13 @@ def _line(built: BuiltTable, r: ClaimResult) -> list[str]:
         paper = "not published"
     else:
         paper = f"{r.paper_difference:+.{d}f} ({'agrees' if r.paper_agrees else 'DISAGREES'})"
-    status = f"**{r.status}**" + (f" ({r.reason})" if r.reason else "")
-    return [r.spec.claim, r.spec.statement(), n, fmt_estimate(r.estimate, d), fmt_interval(r, d), paper, status]
+    return [r.spec.claim, r.spec.statement(), n, fmt_estimate(r.estimate, d), fmt_interval(r, d), paper, result_text(r)]
+
+
+def result_text(r: ClaimResult) -> str:
+    """The verdict, why (when not decided) and the claim's caveat (a confound the verdict carries)."""
+    return (f"**{r.status}**" + (f" ({r.reason})" if r.reason else "")
+            + (f"; caveat: {r.spec.caveat}" if r.spec.caveat and r.status != NOT_RUN else ""))
 
 
 def claims_section(built: BuiltTable) -> list[str]:
@@ -113,7 +118,6 @@ def render_paper_claims(built_tables: Sequence[BuiltTable], paper: str) -> str:
         if r.interval is not None:
             ours += f" ({fmt_interval(r, d)})"
         paper_diff = "not published" if r.paper_difference is None else f"{r.paper_difference:+.{d}f}"
-        status = f"**{r.status}**" + (f" ({r.reason})" if r.reason else "")
-        cells = [f"`{built.spec.name}`", r.spec.claim, ours, paper_diff, status]
+        cells = [f"`{built.spec.name}`", r.spec.claim, ours, paper_diff, result_text(r)]
         lines.append("| " + " | ".join(md_escape(c) for c in cells) + " |")
     return "\n".join(lines + [""])
