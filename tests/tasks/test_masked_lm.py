@@ -110,6 +110,37 @@ def test_loader_blocks_cover_the_file_characters_and_mask_each_copy_differently(
     assert all(torch.equal(test[i]["scored"], other[i]["scored"]) for i in range(test.blocks))
 
 
+def _scored_tokens(dataset) -> dict[int, tuple[int, int]]:
+    """Stream position -> (input id, target id) of every scored token of an evaluation split."""
+    out = {}
+    for i in range(dataset.blocks):
+        item = dataset[i]
+        for j in torch.nonzero(item["scored"]).flatten().tolist():
+            out[i * dataset.block_len + j] = (int(item["ids"][j]), int(item["target"][j]))
+    return out
+
+
+def test_stream_masking_scores_the_same_tokens_at_every_block_length(tmp_path):
+    # BigBird Table 10 compares rows at 4, 8 and 16 tokens a block here (512, 2048, 4096 in the paper). With
+    # eval_masking=stream and the evaluation streams cut to a multiple of the longest block, every row scores
+    # the same tokens of the same text with the same replacements (a paired comparison); with BERT's per-block
+    # masks (the default) the scored tokens differ between block lengths.
+    lines = [f"the cat {i} sat on the mat number {i % 7} ." for i in range(60)]
+    text = "\n".join(lines) + "\n"
+    cfg = {**_corpus(tmp_path, text), "eval_masking": "stream", "eval_tokens_multiple": 16}
+    paired = [_scored_tokens(build_task({**cfg, "block_len": n}, seed=1).datasets["test"]) for n in (4, 8, 16)]
+    assert paired[0] == paired[1] == paired[2] and len(paired[0]) > 20
+    default = [_scored_tokens(build_task({**_corpus(tmp_path, text), "block_len": n}, seed=1).datasets["test"])
+               for n in (4, 16)]  # fmt: skip
+    assert set(default[0]) != set(default[1])
+    stream = build_task({**cfg, "block_len": 4}, seed=1).datasets["test"]
+    assert len(stream.stream) % 16 == 0 and stream.unused_tokens == 0
+    from attnlab.tasks.base import DataError
+
+    with pytest.raises(DataError, match="eval_masking='per_row'; valid: block"):
+        build_task({**cfg, "eval_masking": "per_row"}, seed=1)
+
+
 def _module(vocab: int = 50, positions: str = "sinusoidal"):
     from attnlab.training.modules import MaskedLMModule
 

@@ -12,7 +12,10 @@ each chosen position is replaced by ``<mask>`` with probability 0.8, by a random
 chosen positions are scored, in training and evaluation. A training block is laid out ``masks_per_block``
 times, each copy with its own mask drawn from (seed, index) (RoBERTa's static masking duplicated 10 times,
 deterministic, so resumed runs see the same examples); evaluation blocks are masked once from ``eval_seed``,
-the same for every run and row, so all rows of a table are scored on the same masked positions.
+the same for every run and row, so all rows of a table are scored on the same masked positions. Rows of
+different block lengths (BigBird Table 10) set ``eval_masking: stream`` (one mask drawn over the whole split)
+and ``eval_tokens_multiple`` (every evaluation stream cut to a multiple of the longest block): then every row
+scores the same tokens of the same text, replaced the same way, and the rows' difference is a paired one.
 
 Metrics (``training.modules.MaskedLMModule``), over the masked positions only:
 - ``mlm_acc``: fraction of masked positions whose arg-max prediction is the original token.
@@ -82,15 +85,26 @@ def covered_characters(line: str, offsets: list[tuple[int, int]]) -> list[int]:
 
 class MaskedBlockDataset(Dataset):
     """Blocks of ``block_len`` tokens, masked on access: index i is block ``i % blocks`` with the mask drawn
-    from (seed, i), so ``copies`` laps over the blocks give each block ``copies`` different masks."""
+    from (seed, i), so ``copies`` laps over the blocks give each block ``copies`` different masks.
+
+    With ``stream_mask`` (evaluation, ``task.eval_masking=stream``) the mask is drawn once over the whole token
+    stream from ``seed`` and each block is its slice: which tokens are scored, and what replaces them, then
+    depends on the text alone, not on the block length, so rows of different lengths are scored on the same
+    tokens (a paired comparison)."""
 
     def __init__(self, stream: np.ndarray, chars: np.ndarray, block_len: int, *, copies: int, seed: int,
-                 mask_prob: float, mask_id: int, random_ids: np.ndarray) -> None:
+                 mask_prob: float, mask_id: int, random_ids: np.ndarray, stream_mask: bool = False) -> None:
         self.stream, self.chars, self.block_len = stream, chars, block_len
         self.blocks = len(stream) // block_len
         self.unused_tokens = len(stream) - self.blocks * block_len
         self.copies, self.seed, self.mask_prob = copies, seed, mask_prob
         self.mask_id, self.random_ids = mask_id, random_ids
+        self.stream_mask = None
+        if stream_mask:
+            if copies != 1:
+                raise ValueError("a stream mask is one mask per token: copies must be 1")
+            self.stream_mask = bert_mask(stream, np.random.default_rng([seed]), mask_prob=mask_prob,
+                                         mask_id=mask_id, random_ids=random_ids)
 
     def __len__(self) -> int:
         return self.blocks * self.copies
@@ -101,8 +115,11 @@ class MaskedBlockDataset(Dataset):
         i %= len(self)
         start = (i % self.blocks) * self.block_len
         target = self.stream[start : start + self.block_len]
-        inputs, chosen = bert_mask(target, np.random.default_rng([self.seed, i]), mask_prob=self.mask_prob,
-                                   mask_id=self.mask_id, random_ids=self.random_ids)
+        if self.stream_mask is not None:
+            inputs, chosen = (a[start : start + self.block_len] for a in self.stream_mask)
+        else:
+            inputs, chosen = bert_mask(target, np.random.default_rng([self.seed, i]), mask_prob=self.mask_prob,
+                                       mask_id=self.mask_id, random_ids=self.random_ids)
         return {"ids": torch.from_numpy(inputs.astype(np.int64)),
                 "target": torch.from_numpy(target.astype(np.int64)),
                 "scored": torch.from_numpy(chosen),
@@ -123,6 +140,13 @@ def load_masked_lm(cfg: dict[str, Any], seed: int) -> TaskData:
         raise DataError(f"task.mask_prob={cfg['mask_prob']} must lie strictly between 0 and 1 (BERT: 0.15)")
     if int(cfg["masks_per_block"]) < 1:
         raise DataError(f"task.masks_per_block={cfg['masks_per_block']} must be >= 1")
+    masking = cfg.get("eval_masking", "block")
+    if masking not in ("block", "stream"):
+        raise DataError(f"task.eval_masking={masking!r}; valid: block (BERT: each block its own mask), stream (one "
+                        "mask over the split, the same tokens for every block length)")
+    multiple = cfg.get("eval_tokens_multiple")
+    if multiple is not None and (isinstance(multiple, bool) or not isinstance(multiple, int) or multiple < 1):
+        raise DataError(f"task.eval_tokens_multiple={multiple!r} must be a whole number of tokens >= 1, or null")
     tok, eos, unit = lm_tokenizer(cfg, lines["train"])
     tok.add_special_tokens([MASK])
     mask_id = tok.token_to_id(MASK)
@@ -140,6 +164,9 @@ def load_masked_lm(cfg: dict[str, Any], seed: int) -> TaskData:
             chars.extend(covered_characters(line, enc.offsets))
         if limit:
             ids, chars = ids[: int(limit)], chars[: int(limit)]
+        if multiple and split != "train":  # every block length that divides it scores the same stretch of text
+            keep = len(ids) // int(multiple) * int(multiple)
+            ids, chars = ids[:keep], chars[:keep]
         streams[split] = (np.asarray(ids, dtype=np.int64), np.asarray(chars, dtype=np.int64))
     random_ids = np.setdiff1d(np.unique(streams["train"][0]), [mask_id])
     datasets = {}
@@ -148,7 +175,7 @@ def load_masked_lm(cfg: dict[str, Any], seed: int) -> TaskData:
         datasets[split] = MaskedBlockDataset(
             ids, chars, block_len, copies=int(cfg["masks_per_block"]) if train else 1,
             seed=int(seed if train else cfg["eval_seed"]), mask_prob=float(cfg["mask_prob"]), mask_id=mask_id,
-            random_ids=random_ids)
+            random_ids=random_ids, stream_mask=not train and masking == "stream")
         if datasets[split].blocks == 0:
             raise DataError(f"the {split} split has {len(ids)} tokens, fewer than one block of "
                             f"task.block_len={block_len}; shorten the blocks or raise max_{split}_tokens")
@@ -158,7 +185,10 @@ def load_masked_lm(cfg: dict[str, Any], seed: int) -> TaskData:
     flavours = {
         "mlm_acc": f"masked-token accuracy (arg-max = original {unit}) over the {cfg['mask_prob']:.0%} masked "
                    f"positions (BERT 80/10/10 <mask>/random/kept), blocks of {block_len}, evaluation masks "
-                   f"from eval_seed={cfg['eval_seed']}",
+                   f"from eval_seed={cfg['eval_seed']}"
+                   + (", drawn once over each evaluation split's token stream (the same scored tokens for every "
+                      "block length)" if masking == "stream" else "")
+                   + (f", evaluation streams cut to a multiple of {multiple} tokens" if multiple else ""),
         "bpc": "bits per character: total masked-token NLL in bits / characters those tokens cover (a token "
                "covers the text since the previous token's end, the line end covers the newline), characters "
                "of the tokenized corpus file",

@@ -70,6 +70,10 @@ class MaskedLMTask(TextLMTask):
     mask_prob: float = 0.15
     masks_per_block: int = 10    # training copies of each block, each with its own mask (RoBERTa: 10)
     eval_seed: int = 0           # evaluation masks: the same for every run and row
+    # block: each evaluation block masked on its own from (eval_seed, block index), as BERT; stream: one mask
+    # over the whole split's token stream, so rows with different block lengths score the same tokens
+    eval_masking: str = "block"
+    eval_tokens_multiple: Any = None  # cut evaluation streams to a multiple of this many tokens (e.g. 4096)
 
 
 @dataclass
