@@ -252,3 +252,14 @@ def test_a_claims_caveat_is_printed_beside_its_verdict(workspace, put_record):
     records, _ = load_records([workspace / "runs"])
     built = build_table(load_spec("toy/t1", workspace / "experiments"), records, load_paper_tables())
     assert "| **held**; caveat: the UT row alone has dropout 0.3 |" in "\n".join(claims_section(built))
+
+
+def test_a_difference_that_95_percent_decides_waits_for_the_second_look(workspace, put_record):
+    # Difference 2.5 points, sd 1 point per row, 3 seeds: the 95% Welch interval [+0.23, +4.77] reads "UT above"
+    # held; at Pocock's two-look level the interval reaches below 0 and the rule asks for seeds 4-5.
+    _seeds(put_record, "stacked", [0.000, 0.010, 0.020])
+    _seeds(put_record, "ut", [0.025, 0.035, 0.045])
+    a, b = [2.5, 3.5, 4.5], [0.0, 1.0, 2.0]
+    assert welch_interval(a, b, 0.95).low > 0 > welch_interval(a, b).low
+    result = _evaluate(workspace, [_claim("ut above", "greater")])["ut above"]
+    assert result.status == INCONCLUSIVE and "seeds per row would decide it" in result.reason

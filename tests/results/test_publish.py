@@ -202,6 +202,9 @@ def test_results_index_lists_every_table_with_its_runs_claims_and_why_it_is_empt
     empty = {**spec, "title": "Toy table nobody can run", "table": "t1", "match": {"task": "algo/elsewhere"},
              "laptop": {"protocol": "None: no local data for it"}}  # fmt: skip
     (toy / "t2.yaml").write_text(yaml.safe_dump(empty, sort_keys=False))
+    # a second table over the same runs (as the demo table re-reads UT Table 4): its runs are not counted twice
+    rereader = {k: v for k, v in spec.items() if k not in ("claims", "paper", "table")}
+    (toy / "t3.yaml").write_text(yaml.safe_dump({**rereader, "title": "The same runs again"}, sort_keys=False))
     (toy / "LOG.md").write_text("# log\n")
     for seed, (transformer, ut) in enumerate([(0.20, 0.61), (0.22, 0.63)]):
         put_record(f"t{seed}", experiment="demo/copy", seed=seed, **{"metrics.final.test/seq_acc": transformer,
@@ -211,7 +214,7 @@ def test_results_index_lists_every_table_with_its_runs_claims_and_why_it_is_empt
     publish_runs([workspace / "runs"], workspace / "results" / "runs")
     build_tables(_cfg(workspace))
     index = (workspace / "results" / "README.md").read_text()
-    assert "2 tables, 1 with completed runs (4 runs" in index
+    assert "3 tables, 2 with completed runs (4 distinct runs" in index
     assert "2 claims of the papers: 1 held, 0 not held, 0 inconclusive, 1 not run" in index
     assert "## toy" in index and "Toy et al. A toy paper." in index
     assert "`experiments/toy/LOG.md`" in index and "experiments/toy/README.md" not in index  # only what exists
