@@ -324,3 +324,38 @@ def unigram(cfg: dict[str, Any], seed: int) -> TrivialBaseline:
             values.update({f"{prefix}/mlm_acc": right / count, f"{prefix}/bits_per_token": bits / count,
                            f"{prefix}/bpc": bits / chars, f"{prefix}/loss": bits * math.log(2) / count})
     return TrivialBaseline("unigram", "an add-one unigram model of the training tokens (no context)", values)
+
+
+@register_baseline("majority_answer", loaders=("text_to_text",))
+def majority_answer(cfg: dict[str, Any], seed: int) -> TrivialBaseline:
+    """T5's text-to-text GLUE / SuperGLUE mixture answered with each task's most frequent training label (a constant
+    score for STS-B: no correlation), scored per task as the mixture scores it and averaged into the benchmark
+    score the same way (:func:`attnlab.tasks.text_to_text.benchmark_average`). Hub-only members without data here
+    are left out, as the run leaves them out."""
+    from attnlab.tasks.glue import labelled_splits
+    from attnlab.tasks.sources import HubUnavailable
+    from attnlab.tasks.text_to_text import _group_name, _member_config, _selected, benchmark_average, t5_scores
+
+    values: dict[str, float] = {}
+    per_member: dict[str, list[float]] = {}
+    max_eval = int(cfg["max_eval_examples"]) if cfg.get("max_eval_examples") else None
+    for key, raw in _selected(cfg).items():
+        member, fmt = _member_config(key, {**raw, "data_root": raw.get("data_root") or cfg.get("data_root")})
+        try:
+            splits = labelled_splits(member)
+        except HubUnavailable:
+            continue
+        labels = [label for _, label, _ in splits["train"]]
+        regression = fmt.labels is None
+        constant = sum(labels) / len(labels) if regression else Counter(labels).most_common(1)[0][0]
+        for prefix, split in dict(member.get("eval_splits") or {"test": "val"}).items():
+            rows = splits[split][:max_eval] if max_eval else splits[split]
+            golds = [label for _, label, _ in rows]
+            scores = t5_scores([constant] * len(golds), golds, tuple(member["metrics"]),
+                               1 if regression else len(fmt.labels))
+            group = _group_name(key, prefix)
+            values.update({f"test/{group}/{k}": v for k, v in scores.items()})
+            per_member.setdefault(key, []).extend(scores.values())
+    if per_member:
+        values[f"test/{cfg['benchmark']}_average"] = benchmark_average(per_member)
+    return TrivialBaseline("majority_answer", "each task's most frequent training answer for every example", values)
