@@ -219,3 +219,20 @@ def test_trivial_spec_and_file_errors_are_one_line(workspace):
     with pytest.raises(TableError, match="not a baselines file of table toy/t1"):
         load_table_baselines(workspace / "baselines", "toy/t1")
     assert load_table_baselines(workspace / "baselines", "toy/none") is None
+
+
+def test_the_index_says_runs_at_the_trivial_baseline_instead_of_yes(workspace, put_record):
+    from attnlab.results.render.index import render_results_index
+    from attnlab.results.spec import LaptopSpec
+
+    _seeds(put_record, "stacked", [0.19, 0.20, 0.21])
+    _seeds(put_record, "ut", [0.10, 0.11, 0.12])
+    baselines = _baselines(workspace, _all_runs(BASELINE))
+    trivial = {"baseline": "constant_output", "margin": 5}
+    built, _ = _evaluate(workspace, _claim("greater"), trivial, baselines)
+    built.spec.laptop = LaptopSpec(protocol="copy, 500 updates", per_run_s=120)
+    assert "| runs at the trivial baseline (~120 s per run) |" in render_results_index([built])
+    _seeds(put_record, "ut", [0.50, 0.51, 0.52])  # the UT learns: the protocol tests the claim
+    built, _ = _evaluate(workspace, _claim("greater"), trivial, baselines)
+    built.spec.laptop = LaptopSpec(protocol="copy, 500 updates", per_run_s=120)
+    assert "| yes (~120 s per run) |" in render_results_index([built])
