@@ -141,7 +141,8 @@ def test_ut_table7_compares_the_papers_tokenized_bleu_with_ours():
 @pytest.mark.parametrize("name", sorted(list_specs(EXPERIMENTS)))
 def test_every_spec_has_sourced_claims_the_papers_own_numbers_satisfy(name):
     spec = load_spec(name, EXPERIMENTS)
-    assert spec.claims, f"{name}: no claims"
+    # a paper table states the paper's claims; the demo (no paper) re-reads UT Table 4's runs and draws none
+    assert spec.claims or not spec.paper, f"{name}: no claims"
     assert all(c.source.strip() for c in spec.claims)
     built = build_table(spec, [], load_paper_tables(experiments_dir=EXPERIMENTS))
     for result in evaluate_claims(built):
