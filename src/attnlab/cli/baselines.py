@@ -26,6 +26,7 @@ from attnlab.results.build import build_table, matches
 from attnlab.results.errors import SpecError, TableError
 from attnlab.results.loading import load_records
 from attnlab.results.paper import load_paper_tables
+from attnlab.results.record import atomic_write_text
 from attnlab.results.spec import TableSpec, list_specs, load_spec
 
 log = logging.getLogger("attnlab.baselines")
@@ -52,22 +53,23 @@ def task_key(name: str, task: dict[str, Any], seed: int) -> str:
     return f"{name}-{hashlib.sha256(text.encode()).hexdigest()[:16]}"
 
 
-def _commit() -> str:
-    import subprocess
+def _made_by() -> str:
+    from attnlab.training.run import git_state
 
-    try:
-        out = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True, check=True,
-                             cwd=Path(__file__).resolve().parent)
-        return out.stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
+    state = git_state()
+    commit = (state["commit"] or "unknown")[:12] + ("+dirty" if state["dirty"] else "")
+    return f"attnlab-baselines at {commit}"
 
 
-def table_baselines(spec: TableSpec, records, data_root: str, cache: dict[str, dict[str, Any]]) -> tuple[dict, dict]:
-    """(entries, runs) of one table: every completed run behind a column with a named trivial baseline."""
+def table_baselines(spec: TableSpec, records, papers, data_root: str, cache: dict[str, dict[str, Any]],
+                    configs: dict[Path, tuple[dict[str, Any], int]]) -> tuple[dict, dict]:
+    """(entries, runs) of one table: every completed run behind a column with a named trivial baseline.
+
+    ``cache`` (task key -> computed baseline) and ``configs`` (run folder -> task config and seed) are shared
+    across tables, so a task config is computed once and a run's config read once."""
     from attnlab.tasks.trivial import compute_baseline
 
-    built = build_table(spec, records, load_paper_tables(None))
+    built = build_table(spec, records, papers)
     entries: dict[str, dict[str, Any]] = {}
     runs: dict[str, str] = {}
     for m in spec.metrics:
@@ -77,7 +79,9 @@ def table_baselines(spec: TableSpec, records, data_root: str, cache: dict[str, d
             for rec in row.used:
                 if not matches(rec.data, m.match):
                     continue
-                task, seed = run_task_config(rec.path.parent, data_root)
+                if rec.path.parent not in configs:
+                    configs[rec.path.parent] = run_task_config(rec.path.parent, data_root)
+                task, seed = configs[rec.path.parent]
                 key = task_key(m.trivial.baseline, task, seed)
                 if key not in cache:
                     log.info("%s: %s for %s seed %d", spec.name, m.trivial.baseline, task.get("name"), seed)
@@ -99,21 +103,20 @@ def write_baselines(experiments_dir: Path, runs_root: Path, out: Path, data_root
     specs = [load_spec(name, experiments_dir) for name in (tables or list_specs(experiments_dir))]
     specs = [s for s in specs if any(m.trivial is not None for m in s.metrics)]
     records, _ = load_records([runs_root], skip_corrupt=True)
+    papers = load_paper_tables(None)
     cache: dict[str, dict[str, Any]] = {}
-    made_by = f"attnlab-baselines at {_commit()}"
+    configs: dict[Path, tuple[dict[str, Any], int]] = {}
+    made_by = _made_by()
     changed = []
     for spec in specs:
-        entries, runs = table_baselines(spec, records, data_root, cache)
+        entries, runs = table_baselines(spec, records, papers, data_root, cache, configs)
         path = baselines_file(out, spec.name)
         old = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
         if old is not None and old.get("baselines") == entries and old.get("runs") == runs:
             continue  # same numbers: keep the file (and the commit it names)
         changed.append(str(path))
         if not check:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_suffix(".json.tmp")
-            tmp.write_text(baselines_document(spec.name, entries, runs, made_by), encoding="utf-8")
-            os.replace(tmp, path)
+            atomic_write_text(path, baselines_document(spec.name, entries, runs, made_by))
     return changed
 
 

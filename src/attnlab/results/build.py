@@ -310,11 +310,9 @@ def run_values(row: RowResult, metrics: Sequence[MetricSpec], index: int,
     seeds = set.intersection(*(set(v) for v in per_seed.values())) if per_seed else set()
     out = []
     for seed in sorted(seeds, key=str):
-        value = statistics.fmean(statistics.fmean(per_seed[lab][seed][0] for lab in g) for g in groups)
-        bases = [per_seed[lab][seed][1] for g in groups for lab in g]
-        base = None if None in bases else statistics.fmean(
-            statistics.fmean(per_seed[lab][seed][1] for lab in g) for g in groups)
-        out.append((value, base))
+        value = group_mean(groups, lambda lab, s=seed: per_seed[lab][s][0])
+        known = all(per_seed[lab][seed][1] is not None for g in groups for lab in g)
+        out.append((value, group_mean(groups, lambda lab, s=seed: per_seed[lab][s][1]) if known else None))
     return out
 
 
@@ -373,11 +371,13 @@ def _mean_cell(m: MetricSpec, per_seed: Mapping[str, Mapping[Any, float]]) -> Ce
             return Cell("missing")
         note = f"needs every column; none for {', '.join(lacking)}" if lacking else "no seed common to all columns"
         return Cell("missing", note=note)
-    values = [
-        statistics.fmean(statistics.fmean(per_seed[lab][seed] for lab in g) for g in groups)
-        for seed in sorted(seeds, key=str)
-    ]
+    values = [group_mean(groups, lambda lab, s=seed: per_seed[lab][s]) for seed in sorted(seeds, key=str)]
     return Cell("ok", summarize(values), values=values)  # no Δ: the paper's average is over other tasks
+
+
+def group_mean(groups: Sequence[Sequence[str]], value_of) -> float:
+    """A mean_of column's value: the mean over its groups of each group's mean (T5 counts a two-number task once)."""
+    return statistics.fmean(statistics.fmean(value_of(lab) for lab in g) for g in groups)
 
 
 def _distinct(values: Iterable[Any]) -> list[str]:

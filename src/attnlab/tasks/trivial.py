@@ -230,6 +230,10 @@ def lead_3(cfg: dict[str, Any], seed: int) -> TrivialBaseline:
                            {f"test/{k}": v for k, v in RougeScorer()(hypotheses, references).items()})
 
 
+REPLY_CANDIDATES = 100  # the most frequent training replies tried as the constant
+REPLY_SAMPLE = 2000  # training replies the candidates are scored against (seeded sample)
+
+
 @register_baseline("constant_reply", loaders=("dialogue",))
 def constant_reply(cfg: dict[str, Any], seed: int) -> TrivialBaseline:
     """One reply given to every test context, scored with the task's scorer: of the most frequent training replies,
@@ -252,9 +256,6 @@ def constant_reply(cfg: dict[str, Any], seed: int) -> TrivialBaseline:
                            "frequent training replies, the best BLEU-1 on training replies)",
                            {f"test/{k}": v for k, v in scores.items()})
 
-
-REPLY_CANDIDATES = 100  # the most frequent training replies tried as the constant
-REPLY_SAMPLE = 2000  # training replies the candidates are scored against (seeded sample)
 
 
 # --- language modelling: a unigram model of the training stream ------------------------------------------------
