@@ -1,5 +1,12 @@
 """Metrics of the papers: sequence accuracies, perplexity, BLEU/chrF/ROUGE/CIDEr-D, GLUE/SuperGLUE, bAbI."""
 
-from attnlab.metrics.sequence import MaskedLMScore, Perplexity, Ratio, SequenceAccuracy, strip_after_eos
+from attnlab.metrics.sequence import (
+    GroupedAnswerScore,
+    MaskedLMScore,
+    Perplexity,
+    Ratio,
+    SequenceAccuracy,
+    strip_after_eos,
+)
 
-__all__ = ["MaskedLMScore", "Perplexity", "Ratio", "SequenceAccuracy", "strip_after_eos"]
+__all__ = ["GroupedAnswerScore", "MaskedLMScore", "Perplexity", "Ratio", "SequenceAccuracy", "strip_after_eos"]

@@ -106,3 +106,36 @@ class MaskedLMScore(Metric):
         bits = self.nll / math.log(2)
         return {"loss": self.nll / self.tokens.clamp_min(1), "mlm_acc": self.correct / self.tokens.clamp_min(1),
                 "bpc": bits / self.chars.clamp_min(1), "bits_per_token": bits / self.tokens.clamp_min(1)}
+
+
+class GroupedAnswerScore(Metric):
+    """Per group of scored positions (a probe's ``group``, e.g. the hops a query needs; groups 1..max_groups-1,
+    0 = ungrouped): answers, correct answers and the summed layer applications (steps), reduced across ranks."""
+
+    full_state_update = False
+
+    def __init__(self, max_groups: int = 64) -> None:
+        super().__init__()
+        for name in ("answers", "correct", "steps"):
+            self.add_state(name, default=torch.zeros(max_groups, dtype=torch.float64), dist_reduce_fx="sum")
+
+    def update(self, group: torch.Tensor, correct: torch.Tensor, steps: torch.Tensor) -> None:
+        """``group`` (int), ``correct`` (bool) and ``steps`` (float) at the scored positions, one entry each."""
+        group = group.long()
+        if group.numel() and int(group.max()) >= self.answers.numel():
+            raise ValueError(f"group {int(group.max())} beyond the {self.answers.numel()} groups this score keeps")
+        self.answers.index_add_(0, group, torch.ones_like(group, dtype=torch.float64))
+        self.correct.index_add_(0, group, correct.double())
+        self.steps.index_add_(0, group, steps.double())
+
+    def compute(self) -> dict[str, torch.Tensor]:
+        """``acc_h<g>`` and ``steps_h<g>`` for every group g >= 1 with answers, and ``steps_gain``, the steps of
+        the highest group minus those of the lowest (how much more computation the hardest answers get)."""
+        out: dict[str, torch.Tensor] = {}
+        present = [g for g in range(1, self.answers.numel()) if self.answers[g] > 0]
+        for g in present:
+            out[f"acc_h{g}"] = self.correct[g] / self.answers[g]
+            out[f"steps_h{g}"] = self.steps[g] / self.answers[g]
+        if len(present) >= 2:
+            out["steps_gain"] = out[f"steps_h{present[-1]}"] - out[f"steps_h{present[0]}"]
+        return out

@@ -19,7 +19,7 @@ from attnlab.results.configs import config_groups, differing_keys
 from attnlab.results.errors import TableError
 from attnlab.results.loading import Corrupt, Loaded
 from attnlab.results.paper import NOT_FOUND, PaperTable, PaperTables, PaperTablesError
-from attnlab.results.spec import MetricSpec, RowSpec, TableSpec
+from attnlab.results.spec import PROBE_PREFIX, MetricSpec, RowSpec, TableSpec
 from attnlab.results.stats import Stat, summarize
 
 NOT_IN_PAPER = "—"
@@ -212,6 +212,7 @@ def build_table(
     for row in spec.rows:
         filters = {**spec.match, **row.match}
         mine = [r for r in records if matches(r.data, filters)]
+        _refuse_other_kind(spec, row, mine)
         bad = [c for c in corrupt if c.data is not None and matches(c.data, filters)]
         placed.update(c.path for c in bad)
         column_keys = sorted({k for m in spec.metrics for k in m.match})
@@ -340,6 +341,18 @@ def _trivial_caption(spec: TableSpec, rows: list[RowResult], baselines: TableBas
     return (f" Trivial baseline ({'; '.join(whats) or 'not computed'}; computed from the data by make baselines): "
             f"{', '.join(parts)}. A claim is decided only when the better of its rows beats it in every run"
             + (f" by more than {', '.join(margins)}" if margins else "") + ".")
+
+
+def _refuse_other_kind(spec: TableSpec, row: RowSpec, mine: list[Loaded]) -> None:
+    """TableError when a probe's row picks a run of a paper preset, or a paper table's row a probe's run: the
+    two are never mixed (a probe's runs test a mechanism on generated data, not a paper's table)."""
+    for r in mine:
+        is_probe = str(r.data.get("experiment") or "").startswith(PROBE_PREFIX)
+        if is_probe != (spec.kind == "probe"):
+            what = "a probe's run" if is_probe else "a run that is not a probe's"
+            raise TableError(f"table {spec.name} ({spec.kind}), row {row.label!r} matches {what} ({r.path}); "
+                             f"probe tables read experiments under {PROBE_PREFIX} only and paper tables never do: "
+                             "narrow the row's match")
 
 
 def _refuse_mixed_configs(spec: TableSpec, row: RowSpec, m: MetricSpec, used: list[Loaded]) -> None:

@@ -176,13 +176,21 @@ class TableSpec:
     claims: list[ClaimSpec] = field(default_factory=list)
     laptop: LaptopSpec | None = None
     path: Path | None = None
+    # paper: a table of a paper, built from preset runs of that paper's table | probe: a mechanism probe
+    # (experiments/probes/), built only from runs of probe presets (experiment names under PROBE_PREFIX) and
+    # never from a paper table's runs, nor the reverse; probe_of names the experiments folder it probes.
+    kind: str = "paper"
+    probe_of: str | None = None
 
 
     def metric(self, label: str) -> MetricSpec:
         return next(m for m in self.metrics if m.label == label)
 
 
-_SPEC_KEYS = {"title", "paper", "table", "data", "match", "notes", "metrics", "rows", "claims", "laptop"}
+_SPEC_KEYS = {"title", "paper", "table", "data", "match", "notes", "metrics", "rows", "claims", "laptop", "kind",
+              "probe_of"}
+KINDS = ("paper", "probe")
+PROBE_PREFIX = "probes/"  # experiment names of probe presets start with it
 _CLAIM_KEYS = {"claim", "source", "metric", "a", "b", "test", "margin", "requires", "caveat"}
 _REQUIRE_KEYS = {"row", "field", "at_most", "at_least"}
 _LAPTOP_KEYS = {"protocol", "per_run_s", "runs"}
@@ -210,6 +218,14 @@ def spec_from_dict(data: Any, name: str, where: str = "spec") -> TableSpec:
             raise SpecError(f"{where}: missing key {key!r}")
     if bool(data.get("paper")) != bool(data.get("table")):
         raise SpecError(f"{where}: 'paper' and 'table' go together (keys into paper_tables.yaml)")
+    kind = data.get("kind", "paper")
+    if kind not in KINDS:
+        raise SpecError(f"{where}: kind={kind!r}; valid: {', '.join(KINDS)}")
+    if kind == "probe" and (data.get("paper") or not data.get("probe_of")):
+        raise SpecError(f"{where}: a probe names the experiments folder it probes (probe_of: <paper folder>) and "
+                        "has no paper/table keys: it has no paper numbers")
+    if kind == "paper" and data.get("probe_of"):
+        raise SpecError(f"{where}: probe_of belongs to a probe; add kind: probe or remove probe_of")
     metrics = []
     if not isinstance(data["metrics"], list) or not data["metrics"]:
         raise SpecError(f"{where}: 'metrics' must be a non-empty list")
@@ -296,6 +312,8 @@ def spec_from_dict(data: Any, name: str, where: str = "spec") -> TableSpec:
         notes=notes,
         claims=_claims(data.get("claims"), metrics, labels, where),
         laptop=_laptop(data.get("laptop"), where),
+        kind=kind,
+        probe_of=data.get("probe_of"),
     )
 
 

@@ -82,6 +82,7 @@ def _load_families() -> None:
         lra_bytes,
         lte,
         masked_lm,
+        probes,
         span_corruption,
         summarization,
         sva,

@@ -293,7 +293,27 @@ class TranslationMixtureTask(CommonTask):
     stand_in: Any = None
 
 
-_SCHEMAS = {"algorithmic": AlgorithmicTask, "listops": ListOpsTask, "text_lm": TextLMTask, "masked_lm": MaskedLMTask,
+@dataclass
+class ProbeTask(CommonTask):
+    """Mechanism probes (tasks/probes.py): one generated token-tagging task per op."""
+
+    op: str = "recall"                 # recall | copy | reverse | hops
+    length: int = 512                  # tokens per example
+    train_size: int = 1_000_000        # examples are drawn on access, so size costs no memory
+    val_size: int = 256
+    test_size: int = 1000
+    num_fillers: int = 4               # filler symbols between facts and queries
+    num_keys: int = 32                 # recall: keys; hops: nodes on the cycle
+    num_values: int = 16               # recall: values
+    num_pairs: int = 16                # recall: facts per example
+    num_queries: int = 16              # recall, hops: queries per example
+    context_fraction: float = 0.25     # recall: facts in the first, queries in the last fraction of the sequence
+    num_symbols: int = 16              # copy, reverse: symbols
+    max_hops: int = 4                  # hops: a query asks for 1..max_hops edges
+
+
+_SCHEMAS = {"algorithmic": AlgorithmicTask, "probe": ProbeTask,
+            "listops": ListOpsTask, "text_lm": TextLMTask, "masked_lm": MaskedLMTask,
             "translation": TranslationTask, "summarization": SummarizationTask, "dialogue": DialogueTask,
             "babi": BabiTask, "glue": GlueTask,
             "lambada": LambadaTask, "lte": LteTask, "sva": SvaTask, "lra_text": LraBytesTask,

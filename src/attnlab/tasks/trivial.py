@@ -360,3 +360,46 @@ def majority_answer(cfg: dict[str, Any], seed: int) -> TrivialBaseline:
     if per_member:
         values[f"test/{cfg['benchmark']}_average"] = benchmark_average(per_member)
     return TrivialBaseline("majority_answer", "each task's most frequent training answer for every example", values)
+
+
+# --- mechanism probes: the answer from the scored token alone --------------------------------------------------
+
+
+@register_baseline("query_only_answer", loaders=("probe",))
+def query_only_answer(cfg: dict[str, Any], seed: int, *, fit_examples: int = 20000) -> TrivialBaseline:
+    """The most frequent training answer to each (position, token) at a scored position, fitted on the first
+    ``fit_examples`` training examples (the overall most frequent answer where that pair was never seen), scored
+    on the test split: what a model gets from the query and its place without reading the rest of the sequence."""
+    from attnlab.tasks.probes import SPLIT_STREAMS, ProbeDataset, ProbeLayout
+
+    layout = ProbeLayout(cfg)
+    data_seed = int(seed if cfg.get("data_seed") is None else cfg["data_seed"])
+
+    def scored(split: str, size: int):
+        data = ProbeDataset(cfg, layout, size=size, seed=data_seed, stream=SPLIT_STREAMS[split])
+        for i in range(len(data)):
+            example = data[i]
+            where = example["scored"].nonzero().flatten().tolist()
+            ids, target, group = (example[k].tolist() for k in ("ids", "target", "group"))
+            for p in where:
+                yield (p, ids[p]), target[p], group[p]
+
+    answers: dict[tuple[int, int], Counter] = defaultdict(Counter)
+    overall: Counter = Counter()
+    for key, target, _ in scored("train", min(fit_examples, int(cfg["train_size"]))):
+        answers[key][target] += 1
+        overall[target] += 1
+    fallback = overall.most_common(1)[0][0]
+    best = {key: counts.most_common(1)[0][0] for key, counts in answers.items()}
+    right: Counter = Counter()
+    total: Counter = Counter()
+    for key, target, group in scored("test", int(cfg["test_size"])):
+        hit = best.get(key, fallback) == target
+        for g in {0, group}:
+            right[g] += hit
+            total[g] += 1
+    values = {"test/mlm_acc": right[0] / total[0]}
+    values.update({f"test/acc_h{g}": right[g] / total[g] for g in sorted(total) if g})
+    return TrivialBaseline("query_only_answer", "the most frequent training answer to the scored token at its "
+                           f"position (fitted on {min(fit_examples, int(cfg['train_size']))} training examples), "
+                           "without reading the rest of the sequence", values)

@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 
 from attnlab.decoding import beam_search, greedy_decode
-from attnlab.metrics import MaskedLMScore, Perplexity, Ratio, SequenceAccuracy
+from attnlab.metrics import GroupedAnswerScore, MaskedLMScore, Perplexity, Ratio, SequenceAccuracy
 from attnlab.models import DecoderLM, EncoderClassifier, EncoderDecoder, EncoderMLM
 from attnlab.training.data import pop_eval_slot
 from attnlab.training.schedules import lr_multiplier
@@ -556,6 +556,9 @@ class MaskedLMModule(TaskModule):
         # scores there what it scores in order, so the gap says how much of a row's accuracy comes from order
         # (the premise of BigBird's Table 1: its building blocks differ in which neighbours a token sees).
         self.test_shuffled_score = torch.nn.ModuleList(MaskedLMScore() for _ in self.eval_split_names)
+        # Probes whose answers need different depths (tasks/probes.py, op hops) carry a per-position ``group``:
+        # accuracy and layer applications per group say whether computation follows the depth each answer needs.
+        self.test_group_score = torch.nn.ModuleList(GroupedAnswerScore() for _ in self.eval_split_names)
 
     def build_model(self):
         t = self.task_info
@@ -564,6 +567,19 @@ class MaskedLMModule(TaskModule):
     def _logits(self, batch):
         logits, aux = self.model(batch["ids"], batch["scored"])
         return logits, batch["target"][batch["scored"]], aux
+
+    def _fixed_depth(self) -> int:
+        """Layer applications per position of a model without adaptive halting."""
+        recurrence = self.model_cfg["recurrence"]
+        if recurrence.get("name") == "ut" and recurrence.get("num_steps"):
+            return int(recurrence["num_steps"])
+        return int(self.model_cfg["encoder_layers"])
+
+    def _score_groups(self, batch, logits, target, aux, dataloader_idx) -> None:
+        scored = batch["scored"]
+        steps = aux.get("encoder/steps")
+        steps = steps[scored] if isinstance(steps, torch.Tensor) else torch.full_like(target, self._fixed_depth())
+        self.test_group_score[dataloader_idx].update(batch["group"][scored], logits.argmax(-1).eq(target), steps)
 
     def compute_loss(self, batch):
         logits, target, aux = self._logits(batch)
@@ -583,8 +599,10 @@ class MaskedLMModule(TaskModule):
         self.val_score.reset()
 
     def test_batch(self, batch, batch_number, dataloader_idx):
-        logits, target, _ = self._logits(batch)
+        logits, target, aux = self._logits(batch)
         self.test_score[dataloader_idx].update(logits, target, batch["chars"][batch["scored"]])
+        if "group" in batch:
+            self._score_groups(batch, logits, target, aux, dataloader_idx)
         shuffled = shuffle_blocks(batch, seed=batch_number)  # the batch's number in the split: rank-independent
         logits, target, _ = self._logits(shuffled)
         self.test_shuffled_score[dataloader_idx].update(logits, target, shuffled["chars"][shuffled["scored"]])
@@ -602,6 +620,10 @@ class MaskedLMModule(TaskModule):
             # that has not learned to use order cannot tell its building blocks apart).
             gain = in_order["mlm_acc"] - out_of_order["mlm_acc"]
             self.log(f"{prefix}/mlm_acc_from_order", gain.float(), add_dataloader_idx=False)
+            if self.test_group_score[idx].update_called:
+                for key, value in self.test_group_score[idx].compute().items():
+                    self.log(f"{prefix}/{key}", value.float(), add_dataloader_idx=False)
+                self.test_group_score[idx].reset()
             metric.reset()
             shuffled.reset()
 
