@@ -129,13 +129,18 @@ class GroupedAnswerScore(Metric):
         self.steps.index_add_(0, group, steps.double())
 
     def compute(self) -> dict[str, torch.Tensor]:
-        """``acc_h<g>`` and ``steps_h<g>`` for every group g >= 1 with answers, and ``steps_gain``, the steps of
-        the highest group minus those of the lowest (how much more computation the hardest answers get)."""
+        """``acc_h<g>`` and ``steps_h<g>`` for every group g >= 1 with answers; over all grouped answers
+        ``acc_grouped`` and ``steps_mean``; and ``steps_gain``, the steps of the highest group minus those of the
+        lowest (how much more computation the hardest answers get)."""
         out: dict[str, torch.Tensor] = {}
         present = [g for g in range(1, self.answers.numel()) if self.answers[g] > 0]
         for g in present:
             out[f"acc_h{g}"] = self.correct[g] / self.answers[g]
             out[f"steps_h{g}"] = self.steps[g] / self.answers[g]
+        if present:
+            answers = self.answers[1:].sum()
+            out["acc_grouped"] = self.correct[1:].sum() / answers
+            out["steps_mean"] = self.steps[1:].sum() / answers
         if len(present) >= 2:
             out["steps_gain"] = out[f"steps_h{present[-1]}"] - out[f"steps_h{present[0]}"]
         return out

@@ -132,11 +132,16 @@ def _neg_time(created: Any) -> str:
 
 
 def metric_value(rec: Loaded, m: MetricSpec) -> float | None:
-    """The record's value of a plain column, in the column's shown units (None when absent or not finite)."""
-    value = get_field(rec.data, f"metrics.{m.source}")
-    if not isinstance(value, Mapping):
-        return None
-    v = value.get(m.ours)
+    """The record's value of a plain column, in the column's shown units (None when absent or not finite).
+    ``ours`` names a metric of ``metrics.<from>``, or a dotted record field under ``extra.`` (e.g.
+    ``extra.attention_coverage.attended_fraction_mean``)."""
+    if m.ours.startswith("extra."):
+        v = get_field(rec.data, m.ours)
+    else:
+        value = get_field(rec.data, f"metrics.{m.source}")
+        if not isinstance(value, Mapping):
+            return None
+        v = value.get(m.ours)
     if v is None or isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
         return None
     return float(v) * m.scale

@@ -670,14 +670,18 @@ def _record(cfg: DictConfig, run_dir: Path, command: str | None, trainer: L.Trai
 
 def _attention_coverage(module: TaskModule, task: TaskData) -> dict[str, Any]:
     """``attention_coverage``: the sparse attention's attended fraction over the test split's lengths
-    (training/sparsity.py); nothing for dense attention."""
+    (training/sparsity.py); 1.0 for a bidirectional encoder's dense attention; nothing for other dense models."""
     from attnlab.training.data import example_length
-    from attnlab.training.sparsity import coverage_summary, sparse_modules
+    from attnlab.training.sparsity import coverage_summary, dense_coverage, sparse_modules
 
     test = task.datasets.get(next(iter(task.eval_splits.values()), "test"))
-    if test is None or not sparse_modules(module.model):
+    if test is None:
         return {}
-    summary = coverage_summary(module.model, (example_length(test[i]) for i in range(len(test))))
+    lengths = (example_length(test[i]) for i in range(len(test)))
+    if not sparse_modules(module.model):
+        dense = dense_coverage(lengths) if task.kind in ("mlm", "classification", "regression") else None
+        return {"attention_coverage": dense} if dense else {}
+    summary = coverage_summary(module.model, lengths)
     if summary is None:
         return {}
     log.info("sparse attention attends %.1f%% of the keys on average (max %.1f%%) over test lengths %d-%d",

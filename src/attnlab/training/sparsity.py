@@ -4,8 +4,9 @@ The attended fraction at length L is the share of the (query, key) pairs among L
 attention lets through: allowed pairs / L^2 (bidirectional) or / L(L+1)/2 (causal, where only the past
 counts), 1.0 when the module falls back to dense attention at that length. It is read from the module's own
 plan (``plan_for_length``, ``uses_dense``: BigBird), so it is the pattern the run trained with, averaged over
-the plan's heads when each head has its own random blocks. Dense variants
-have no plan and are not reported. The run record keeps the summary over the test split's lengths
+the plan's heads when each head has its own random blocks. Dense variants have no plan: a bidirectional
+encoder's dense attention is reported as attending every key (1.0, ``dense_coverage``), a causal or
+encoder-decoder model's is not reported. The run record keeps the summary over the test split's lengths
 (``extra.attention_coverage``), so a table can check a claim such as "BigBird attends <= 50% of the keys".
 """
 
@@ -59,4 +60,19 @@ def coverage_summary(model: torch.nn.Module, lengths: Iterable[int]) -> dict[str
         "lengths": {"min": min(counts), "max": max(counts), "mean": sum(n * c for n, c in counts.items()) / total,
                     "examples": total},
         "block_size": int(getattr(first, "block_size", 0)) or None,
+    }
+
+
+def dense_coverage(lengths: Iterable[int]) -> dict[str, Any] | None:
+    """``coverage_summary``'s fields for dense bidirectional attention: every key of every query, at any length."""
+    counts = Counter(int(n) for n in lengths if int(n) > 0)
+    if not counts:
+        return None
+    total = sum(counts.values())
+    return {
+        "attended_fraction_mean": 1.0, "attended_fraction_max": 1.0, "attended_fraction_min": 1.0,
+        "dense_fallback_share": 0.0,
+        "lengths": {"min": min(counts), "max": max(counts), "mean": sum(n * c for n, c in counts.items()) / total,
+                    "examples": total},
+        "block_size": None,
     }
