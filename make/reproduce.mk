@@ -165,3 +165,18 @@ reproduce-synthesizer-table4-t5: $(STAMP) ## Synthesizer Table 4, T5 path: span-
 
 reproduce-synthesizer-table5-t5: $(STAMP) ## Synthesizer Table 5, T5 path: the same pre-training, then the SuperGLUE mixture from it
 	$(call reproduce_t5,superglue,table5)
+
+# Mechanism probes (experiments/probes/README.md): generated tasks on which one paper's mechanism decides the
+# outcome, 5 seeds by default (SEEDS= overrides), built into results/probes/ and never into a paper table.
+PROBE_TARGETS := reproduce-probes-synthesizer reproduce-probes-bigbird reproduce-probes-ut
+.PHONY: $(PROBE_TARGETS)
+$(PROBE_TARGETS): SEEDS = 1,2,3,4,5
+
+reproduce-probes-synthesizer: $(STAMP) ## Probe: Synthesizer variants on a fixed alignment (reverse) vs content lookup (recall)
+	$(call reproduce,probes/synthesizer)
+
+reproduce-probes-bigbird: $(STAMP) ## Probe: BigBird building blocks on associative recall far beyond the window
+	$(call reproduce,probes/bigbird)
+
+reproduce-probes-ut: $(STAMP) ## Probe: Transformer, UT and UT + ACT on pointer chasing of 1-4 hops (steps per hop)
+	$(call reproduce,probes/ut)

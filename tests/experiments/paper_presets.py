@@ -76,3 +76,9 @@ def spec_files(table_dir: str) -> list[Path]:
 
 def paper_tables() -> dict:
     return yaml.safe_load(PAPER_TABLES.read_text(encoding="utf-8"))
+
+
+def probe_dirs() -> list[str]:
+    """Every ``probes/<paper>`` preset folder (mechanism probes: experiments/probes/), sorted."""
+    root = EXPERIMENT_CONF / "probes"
+    return sorted(f"probes/{d.name}" for d in root.iterdir() if d.is_dir()) if root.is_dir() else []

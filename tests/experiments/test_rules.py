@@ -20,7 +20,7 @@ import pytest
 from omegaconf import OmegaConf, open_dict
 
 from attnlab.training.config import validate
-from tests.experiments.paper_presets import presets, table_dirs
+from tests.experiments.paper_presets import presets, probe_dirs, table_dirs
 
 ALWAYS_DIFFER = ("experiment_name", "row", "run_name")
 
@@ -109,6 +109,11 @@ RULES: dict[str, Rule] = {
                     "batch.eval_batch_size", "at_scale.cpu.batch.sentences_per_update",
                     "at_scale.cpu.batch.eval_batch_size"),
     ),
+    # Mechanism probes (experiments/probes/README.md): per task, one protocol and only the mechanism changes.
+    "probes/synthesizer": Rule(group_by="task.name", may_differ=("model.attention", "model.attention.*")),
+    "probes/bigbird": Rule(group_by="task.name", may_differ=("model.attention", "model.attention.*")),
+    # The UT shares one layer (smaller by design) and adds its own coordinate embedding; ACT adds a halting unit.
+    "probes/ut": Rule(group_by="task.name", may_differ=("model.name", "model.recurrence", "model.recurrence.*")),
 }
 
 
@@ -160,11 +165,11 @@ def _groups(table: str, rule: Rule, scale: str) -> dict[str, list[str]]:
 
 
 def test_every_table_with_presets_states_its_rules():
-    missing = [t for t in table_dirs() if t not in RULES]
+    missing = [t for t in [*table_dirs(), *probe_dirs()] if t not in RULES]
     assert not missing, f"add the comparison rules of {missing} to RULES (and to experiments/<paper>/README.md)"
 
 
-CASES = [(t, s) for t in RULES if t in table_dirs() for s in ("cpu", "paper")]
+CASES = [(t, s) for t in RULES if t in [*table_dirs(), *probe_dirs()] for s in ("cpu", "paper")]
 
 
 @pytest.mark.parametrize(("table", "scale"), CASES, ids=[f"{t}-{s}" for t, s in CASES])

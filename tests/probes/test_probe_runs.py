@@ -48,7 +48,7 @@ def test_encoder_records_its_attended_fraction_dense_ones_all_keys(attention, fr
     extra = [] if attention == "vanilla" else ["model.attention.block_size=8", "model.attention.window_blocks=1",
                                                "model.attention.num_random_blocks=0",
                                                "model.attention.num_global_blocks=0"]
-    overrides = ["experiment=probes/bigbird/full_512", *TINY, f"model/attention={attention}", *extra,
+    overrides = ["experiment=probes/bigbird/full", *TINY, f"model/attention={attention}", *extra,
                  "task.length=64", "task.num_pairs=4", "task.num_queries=4", "task.test_size=8", "task.val_size=8",
                  "model.d_model=16", "model.d_ff=32", "model.num_heads=2"]
     record = run(compose(overrides, run_dir=tmp_path), run_dir=tmp_path, command="pytest", cli_overrides=overrides)

@@ -166,7 +166,8 @@ def test_table_all_writes_claims_overview_and_check_holds_it(workspace, put_reco
            "out": str(workspace / "out"), "plot": False}  # fmt: skip
     build_tables(cfg)
     overview = (workspace / "out" / "CLAIMS.md").read_text()
-    assert "1 claims: 1 held, 0 not held, 0 inconclusive, 0 not run." in overview
+    assert "Paper tables: 1 claims: 1 held, 0 not held, 0 inconclusive, 0 not run." in overview
+    assert "not its tables): 0 claims:" in overview  # a probe's claims are counted apart
     assert "| UT beats the Transformer | UT > Transformer on Seq. acc. | 3, 3 | +20.00 |" in overview
     assert "Welch 97.06% t interval" in overview
     table_md = (workspace / "out" / "toy" / "t1.md").read_text()

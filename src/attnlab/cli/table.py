@@ -203,7 +203,8 @@ README_CLAIMS_BLOCK = re.compile(r"(<!-- attnlab-claims: (\S+) -->\n)(.*?)(<!-- 
 def fill_readme_claims(text: str, built_all: Sequence[Any], where: str = "README.md") -> str:
     """Replace every ``<!-- attnlab-claims: <paper> -->`` ... ``<!-- /attnlab-claims -->`` block of ``text``
     with that paper's claims over all its tables ("what held at laptop scale"), from the run records."""
-    papers = {b.spec.paper for b in built_all}
+    papers = {b.spec.claims_group for b in built_all}
+    papers -= {None}
     for m in README_CLAIMS_BLOCK.finditer(text):
         if m.group(2) not in papers:
             raise TableError(

@@ -183,6 +183,11 @@ class TableSpec:
     probe_of: str | None = None
 
 
+    @property
+    def claims_group(self) -> str | None:
+        """Whose "what held" block lists this table's claims: its paper, or ``probes`` for a probe."""
+        return "probes" if self.kind == "probe" else self.paper
+
     def metric(self, label: str) -> MetricSpec:
         return next(m for m in self.metrics if m.label == label)
 

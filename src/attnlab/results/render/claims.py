@@ -63,8 +63,12 @@ def _claims_table(built: BuiltTable, results: Sequence[ClaimResult]) -> list[str
 def render_claims_overview(built_tables: Sequence[BuiltTable]) -> str:
     """results/CLAIMS.md: every claim of every table, its result, and where the numbers are."""
     per_table = [(b, evaluate_claims(b)) for b in built_tables]
-    counts = Counter(r.status for _, results in per_table for r in results)
-    total = sum(counts.values())
+
+    def tally(kind: str) -> str:
+        counts = Counter(r.status for b, results in per_table if b.spec.kind == kind for r in results)
+        return (f"{sum(counts.values())} claims: "
+                + ", ".join(f"{counts.get(s, 0)} {s}" for s in (HELD, NOT_HELD, INCONCLUSIVE, NOT_RUN)))
+
     lines = [
         "# Claims of the papers, checked on our runs",
         "",
@@ -73,15 +77,15 @@ def render_claims_overview(built_tables: Sequence[BuiltTable]) -> str:
         "",
         RULE,
         "",
-        f"{total} claims: "
-        + ", ".join(f"{counts.get(s, 0)} {s}" for s in (HELD, NOT_HELD, INCONCLUSIVE, NOT_RUN))
-        + ".",
+        f"Paper tables: {tally('paper')}. Mechanism probes (`experiments/probes/`, generated tasks that test what "
+        f"a paper's argument predicts, not its tables): {tally('probe')}.",
         "",
     ]
     for built, results in per_table:
         if not results:
             continue
-        where = f"Table `{built.spec.name}` (`results/{built.spec.name}.md`)."
+        kind = "Probe" if built.spec.kind == "probe" else "Table"
+        where = f"{kind} `{built.spec.name}` (`results/{built.spec.name}.md`)."
         lines += [f"## {md_escape(built.spec.title)}", "", where, "", *_claims_table(built, results)]
     no_claims = [b.spec.name for b, results in per_table if not results]
     if no_claims:
@@ -93,9 +97,10 @@ PAPER_SUMMARY_HEADER = ["Table", "Claim", f"Ours a − b ({CONFIDENCE:.2%} inter
 
 
 def render_paper_claims(built_tables: Sequence[BuiltTable], paper: str) -> str:
-    """The "what held" block of one paper's README: every claim of the paper's tables in one table, the
-    counts, and the compute behind them (the wall time of the runs the numbers come from)."""
-    per_table = [(b, evaluate_claims(b)) for b in built_tables if b.spec.paper == paper]
+    """The "what held" block of one paper's README (``paper``: a spec's ``claims_group``, ``probes`` for the
+    probes' README): every claim of its tables in one table, the counts, and the compute behind them (the wall
+    time of the runs the numbers come from)."""
+    per_table = [(b, evaluate_claims(b)) for b in built_tables if b.spec.claims_group == paper]
     results = [(b, r) for b, rs in per_table for r in rs]
     counts = Counter(r.status for _, r in results)
     runs = [rec for b, _ in per_table for row in b.rows for rec in row.used]
