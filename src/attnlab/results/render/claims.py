@@ -30,7 +30,9 @@ def _digits(built: BuiltTable, result: ClaimResult) -> int:
 def _line(built: BuiltTable, r: ClaimResult) -> list[str]:
     d = _digits(built, r)
     n = f"{r.n_a}, {'fixed' if r.n_b is None else r.n_b}"
-    if r.paper_difference is None:
+    if built.spec.kind == "probe":
+        paper = "a probe (no paper number)"
+    elif r.paper_difference is None:
         paper = "not published"
     else:
         paper = f"{r.paper_difference:+.{d}f} ({'agrees' if r.paper_agrees else 'DISAGREES'})"
@@ -122,7 +124,8 @@ def render_paper_claims(built_tables: Sequence[BuiltTable], paper: str) -> str:
         ours = "—" if r.estimate is None else fmt_estimate(r.estimate, d)
         if r.interval is not None:
             ours += f" ({fmt_interval(r, d)})"
-        paper_diff = "not published" if r.paper_difference is None else f"{r.paper_difference:+.{d}f}"
+        paper_diff = ("a probe" if built.spec.kind == "probe" else
+                      "not published" if r.paper_difference is None else f"{r.paper_difference:+.{d}f}")
         cells = [f"`{built.spec.name}`", r.spec.claim, ours, paper_diff, result_text(r)]
         lines.append("| " + " | ".join(md_escape(c) for c in cells) + " |")
     return "\n".join(lines + [""])

@@ -68,11 +68,16 @@ def render_results_index(built_tables: Sequence[BuiltTable]) -> str:
     for built in built_tables:
         groups.setdefault(built.spec.name.split("/", 1)[0], []).append(built)
     total_claims: Counter = Counter()
+    probe_claims: Counter = Counter()
     sections: list[str] = []
     tables_with_runs = 0
     distinct_runs: set = set()  # a run read by two tables (the demo re-reads UT Table 4) counts once
     for folder, tables in groups.items():
-        lines = [f"## {folder}", ""]
+        probes = all(b.spec.kind == "probe" for b in tables)
+        lines = [f"## {'Mechanism probes' if probes else folder}", ""]
+        if probes:
+            lines += ["Generated tasks on which one paper's mechanism decides the outcome; never mixed into a paper "
+                      "table, no paper numbers.", ""]
         citation = next((b.paper_table.citation for b in tables if b.paper_table and b.paper_table.citation), None)
         if citation:
             lines += [md_escape(citation), ""]
@@ -86,7 +91,10 @@ def render_results_index(built_tables: Sequence[BuiltTable]) -> str:
             distinct_runs.update(rec.path for row in built.rows for rec in row.used)
             results = evaluate_claims(built)
             claims, counts = _claims(results)
-            total_claims += counts
+            if built.spec.kind == "probe":
+                probe_claims += counts
+            else:
+                total_claims += counts
             link = f"[`{built.spec.name}`]({built.spec.name}.md): {md_escape(built.spec.title)}"
             hours = f"{_wall_hours(built):.1f}" if with_runs else "—"
             cells = [link, f"{with_runs} of {len(built.rows)}", _seeds(built), claims, hours, _laptop(built, results)]
@@ -103,6 +111,8 @@ def render_results_index(built_tables: Sequence[BuiltTable]) -> str:
         "record per seed in "
         f"`results/runs/<experiment>/s<seed>-<config hash>/`). {claims_total} claims of the papers: "
         + ", ".join(f"{total_claims.get(s, 0)} {s}" for s in _STATUSES)
+        + f"; {sum(probe_claims.values())} claims of the mechanism probes: "
+        + ", ".join(f"{probe_claims.get(s, 0)} {s}" for s in _STATUSES)
         + " (every claim with its numbers and rule: [CLAIMS.md](CLAIMS.md)).",
         "",
         "Each table puts our numbers beside the paper's. At laptop scale (2 CPU cores, minutes per run) the rows "
