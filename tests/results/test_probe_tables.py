@@ -62,3 +62,22 @@ def test_a_column_can_read_a_record_field_under_extra(put_record, tmp_path, reco
     assert built.rows[0].cells[0].values == [25.0]
     records, _ = load_records([tmp_path / "runs"])
     assert metric_value(records[0], spec_from_dict(spec, "p").metrics[0]) == 25.0
+
+
+def test_probe_claims_are_counted_apart_and_show_no_paper_number(put_record, tmp_path):
+    from attnlab.results.render.claims import claims_section, render_claims_overview
+
+    for seed, (a, b) in enumerate([(0.9, 0.1), (0.92, 0.12), (0.91, 0.11)]):
+        put_record(f"v{seed}", seed=seed, config_hash=f"{seed}" * 64, experiment="probes/synthesizer/vanilla_recall",
+                   **{"metrics.final": {"test/mlm_acc": a}})
+        put_record(f"r{seed}", seed=seed, config_hash=f"{seed + 5}" * 64, experiment="probes/synthesizer/random_recall",
+                   **{"model.attention": "synth_random", "metrics.final": {"test/mlm_acc": b}})
+    spec = {**PROBE, "rows": [{"label": "Vanilla", "match": {"model.attention": "vanilla"}},
+                              {"label": "Random", "match": {"model.attention": "synth_random"}}],
+            "claims": [{"claim": "Random below Vanilla", "source": "the probe", "metric": "Acc.", "a": "Vanilla",
+                        "b": "Random", "test": "greater"}]}
+    built = _build(spec, tmp_path)
+    assert "a probe (no paper number)" in "\n".join(claims_section(built))
+    overview = render_claims_overview([built])
+    assert "Paper tables: 0 claims" in overview and "not its tables): 1 claims: 1 held" in overview
+    assert built.spec.claims_group == "probes"
