@@ -178,5 +178,5 @@ reproduce-probes-synthesizer: $(STAMP) ## Probe: Synthesizer variants on a fixed
 reproduce-probes-bigbird: $(STAMP) ## Probe: BigBird building blocks on associative recall far beyond the window
 	$(call reproduce,probes/bigbird)
 
-reproduce-probes-ut: $(STAMP) ## Probe: Transformer, UT and UT + ACT on pointer chasing of 1-4 hops (steps per hop)
+reproduce-probes-ut: $(STAMP) ## Probe: Transformer, UT and UT + ACT on pointer chasing of 1-3 hops (steps per hop)
 	$(call reproduce,probes/ut)
