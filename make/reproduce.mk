@@ -168,7 +168,7 @@ reproduce-synthesizer-table5-t5: $(STAMP) ## Synthesizer Table 5, T5 path: the s
 
 # Mechanism probes (experiments/probes/README.md): generated tasks on which one paper's mechanism decides the
 # outcome, 5 seeds by default (SEEDS= overrides), built into results/probes/ and never into a paper table.
-PROBE_TARGETS := reproduce-probes-synthesizer reproduce-probes-bigbird reproduce-probes-ut
+PROBE_TARGETS := reproduce-probes-synthesizer reproduce-probes-bigbird reproduce-probes-ut reproduce-probes-qknorm
 .PHONY: $(PROBE_TARGETS)
 $(PROBE_TARGETS): SEEDS = 1,2,3,4,5
 
@@ -180,3 +180,6 @@ reproduce-probes-bigbird: $(STAMP) ## Probe: BigBird building blocks on associat
 
 reproduce-probes-ut: $(STAMP) ## Probe: Transformer, UT and UT + ACT on pointer chasing of 1-3 hops (steps per hop)
 	$(call reproduce,probes/ut)
+
+reproduce-probes-qknorm: $(STAMP) ## Probe: a learning-rate sweep (6 rates, 2 decades) of the baseline and QKNorm on a small LM
+	$(call reproduce,probes/qknorm)

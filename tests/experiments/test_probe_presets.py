@@ -14,7 +14,7 @@ PROBE_DIRS = probe_dirs()
 
 
 def test_every_paper_has_a_probe():
-    assert PROBE_DIRS == ["probes/bigbird", "probes/synthesizer", "probes/ut"]
+    assert PROBE_DIRS == ["probes/bigbird", "probes/qknorm", "probes/synthesizer", "probes/ut"]
 
 
 @pytest.mark.parametrize("probe_dir", PROBE_DIRS)
@@ -39,11 +39,14 @@ def test_every_probe_preset_is_a_row_of_its_probe_spec_and_every_row_has_a_prese
 
 
 @pytest.mark.parametrize("probe_dir", PROBE_DIRS)
-def test_probe_rows_read_generated_data_from_a_fixed_seed(probe_dir):
+def test_probe_rows_read_generated_data_from_a_fixed_seed_or_a_local_corpus(probe_dir):
     from tests.conftest import compose
 
     for experiment in presets(probe_dir):
         task = compose([f"experiment={experiment}", "scale=cpu"]).task
+        if probe_dir == "probes/qknorm":  # a real corpus, read the same way by every row
+            assert (task.loader, task.source) == ("text_lm", "local")
+            continue
         assert (task.loader, task.data_seed) == ("probe", 0), f"{experiment}: every row reads the same examples"
 
 

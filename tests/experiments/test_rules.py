@@ -112,6 +112,8 @@ RULES: dict[str, Rule] = {
     # Mechanism probes (experiments/probes/README.md): per task, one protocol and only the mechanism changes.
     "probes/synthesizer": Rule(group_by="task.name", may_differ=("model.attention", "model.attention.*")),
     "probes/bigbird": Rule(group_by="task.name", may_differ=("model.attention", "model.attention.*")),
+    # QKNorm: a learning-rate sweep, so the rate differs too; QKNorm adds one scalar g per attention module.
+    "probes/qknorm": Rule(group_by="task.name", may_differ=("model.attention", "model.attention.*", "optim.lr")),
     # The UT shares one layer (smaller by design) and adds its own coordinate embedding; ACT adds a halting unit.
     "probes/ut": Rule(group_by="task.name", may_differ=("model.name", "model.recurrence", "model.recurrence.*")),
 }
