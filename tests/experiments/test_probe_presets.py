@@ -31,7 +31,7 @@ def test_every_probe_preset_is_a_row_of_its_probe_spec_and_every_row_has_a_prese
         for experiment in experiments if isinstance(experiments, list) else [experiments]:
             data = preset_yaml(experiment)
             assert data["experiment_name"] == experiment and data["row"] == row.label
-            assert any(str(d).startswith("/probe:") or d == {"/probe": paper} for d in data["defaults"]), (
+            assert {"/probe": paper} in data["defaults"], (
                 f"{experiment}: a probe row takes its protocol from conf/probe/{paper}.yaml")
             used.append(experiment)
     assert sorted(used) == presets(probe_dir)

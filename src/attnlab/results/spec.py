@@ -182,7 +182,6 @@ class TableSpec:
     kind: str = "paper"
     probe_of: str | None = None
 
-
     @property
     def claims_group(self) -> str | None:
         """Whose "what held" block lists this table's claims: its paper, or ``probes`` for a probe."""

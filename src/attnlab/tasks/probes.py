@@ -166,14 +166,6 @@ def _collate(batch: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
     return {key: torch.stack([b[key] for b in batch]) for key in batch[0]}
 
 
-def scored_targets(cfg: dict[str, Any], split: str) -> list[int]:
-    """Every scored target of a split, in order (for the trivial baseline)."""
-    layout = ProbeLayout(cfg)
-    data = ProbeDataset(cfg, layout, size=int(cfg[f"{split}_size"]), seed=int(cfg["data_seed"] or 0),
-                        stream=SPLIT_STREAMS[split])
-    return [int(t) for i in range(len(data)) for t in data[i]["target"][data[i]["scored"]]]
-
-
 @register_task_family("probe")
 def load_probe(cfg: dict[str, Any], seed: int) -> TaskData:
     _check(cfg)

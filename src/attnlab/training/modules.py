@@ -569,11 +569,10 @@ class MaskedLMModule(TaskModule):
         return logits, batch["target"][batch["scored"]], aux
 
     def _fixed_depth(self) -> int:
-        """Layer applications per position of a model without adaptive halting."""
-        recurrence = self.model_cfg["recurrence"]
-        if recurrence.get("name") == "ut" and recurrence.get("num_steps"):
-            return int(recurrence["num_steps"])
-        return int(self.model_cfg["encoder_layers"])
+        """Layer applications per position of a model without adaptive halting, read from the built encoder:
+        a UT stack's steps, else its number of distinct layers."""
+        encoder = self.model.encoder
+        return int(getattr(encoder, "num_steps", None) or len(encoder.layers))
 
     def _score_groups(self, batch, logits, target, aux, dataloader_idx) -> None:
         scored = batch["scored"]

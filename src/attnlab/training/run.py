@@ -679,7 +679,7 @@ def _attention_coverage(module: TaskModule, task: TaskData) -> dict[str, Any]:
         return {}
     lengths = (example_length(test[i]) for i in range(len(test)))
     if not sparse_modules(module.model):
-        dense = dense_coverage(lengths) if task.kind in ("mlm", "classification", "regression") else None
+        dense = dense_coverage(module.model, lengths)
         return {"attention_coverage": dense} if dense else {}
     summary = coverage_summary(module.model, lengths)
     if summary is None:

@@ -19,6 +19,7 @@ from typing import Any
 
 import torch
 
+from attnlab.attention.base import Attention
 from attnlab.attention.bigbird import bigbird_reference_allowed
 
 
@@ -57,22 +58,27 @@ def coverage_summary(model: torch.nn.Module, lengths: Iterable[int]) -> dict[str
         "attended_fraction_max": max(per_length.values()),
         "attended_fraction_min": min(per_length.values()),
         "dense_fallback_share": sum(c for n, c in counts.items() if first.uses_dense(n)) / total,
-        "lengths": {"min": min(counts), "max": max(counts), "mean": sum(n * c for n, c in counts.items()) / total,
-                    "examples": total},
+        "lengths": _length_summary(counts),
         "block_size": int(getattr(first, "block_size", 0)) or None,
     }
 
 
-def dense_coverage(lengths: Iterable[int]) -> dict[str, Any] | None:
-    """``coverage_summary``'s fields for dense bidirectional attention: every key of every query, at any length."""
+def _length_summary(counts: Counter) -> dict[str, Any]:
+    total = sum(counts.values())
+    return {"min": min(counts), "max": max(counts), "mean": sum(n * c for n, c in counts.items()) / total,
+            "examples": total}
+
+
+def dense_coverage(model: torch.nn.Module, lengths: Iterable[int]) -> dict[str, Any] | None:
+    """``coverage_summary``'s fields for a model whose attention is dense and bidirectional everywhere (no causal
+    module): every key of every query, at any length. None for a model with causal attention (LM, decoder)."""
+    attention = [m for m in model.modules() if isinstance(m, Attention)]
+    if not attention or any(m.causal for m in attention):
+        return None  # before reading the lengths: they cost a pass over the split
     counts = Counter(int(n) for n in lengths if int(n) > 0)
     if not counts:
         return None
-    total = sum(counts.values())
     return {
         "attended_fraction_mean": 1.0, "attended_fraction_max": 1.0, "attended_fraction_min": 1.0,
-        "dense_fallback_share": 0.0,
-        "lengths": {"min": min(counts), "max": max(counts), "mean": sum(n * c for n, c in counts.items()) / total,
-                    "examples": total},
-        "block_size": None,
+        "dense_fallback_share": 0.0, "lengths": _length_summary(counts), "block_size": None,
     }
