@@ -148,4 +148,5 @@ def test_unigram_perplexity_of_a_tiny_word_corpus_by_hand(tmp_path):
 
     vocab = len(SPECIALS) + 3
     p_b, p_eos = (1 + 1) / (4 + vocab), (1 + 1) / (4 + vocab)
-    assert got == {"test/ppl": pytest.approx(math.exp(-(math.log(p_b) + math.log(p_eos)) / 2))}
+    nats = -(math.log(p_b) + math.log(p_eos)) / 2
+    assert got == {"test/loss": pytest.approx(nats), "test/ppl": pytest.approx(math.exp(nats))}

@@ -303,6 +303,7 @@ def unigram(cfg: dict[str, Any], seed: int) -> TrivialBaseline:
             data = task.datasets[split]
             targets = data.stream[1 : data.count * data.block_len + 1].numpy()
             nats = -float(log2p[targets].sum()) * math.log(2)
+            values[f"{prefix}/loss"] = nats / len(targets)  # nats per token, as the LM module's test/loss
             values[f"{prefix}/ppl"] = math.exp(nats / len(targets))
             if data.flags is not None:  # subword tokens: per whitespace word (and line end) too
                 words = int(data.flags[1 : data.count * data.block_len + 1].sum())
