@@ -1,4 +1,4 @@
-"""Sizing a composed config to its scale (``scale=cpu|paper``): the ``at_scale.<scale.name>`` blocks.
+"""Sizing a composed config to its scale (``scale=cpu|gpu|paper``): the ``at_scale.<scale.name>`` blocks.
 
 Imports only OmegaConf, so ``attnlab-train --cfg job`` and the preflight can apply the scale without
 loading torch or Lightning.
@@ -16,7 +16,8 @@ log = logging.getLogger("attnlab")
 def apply_scale(cfg: DictConfig, cli_overrides: list[str] | tuple[str, ...] = ()) -> None:
     """Apply the ``at_scale.<scale.name>`` blocks of ``model``, ``task`` and the root config.
 
-    A preset states its paper-size values as plain keys and its laptop-size values under ``at_scale.cpu``.
+    A preset states its paper-size values as plain keys, its laptop-size values under ``at_scale.cpu`` and its
+    one-GPU values under ``at_scale.gpu``.
     Each key of a block is a path relative to where the block sits (``d_model``, ``attention.block_size``,
     or at the root ``trainer.max_steps``) and its value replaces what is at that path, whole: a block
     entry ``train: {source: local, ...}`` swaps the data source rather than blending two of them. The

@@ -1,0 +1,234 @@
+"""Estimated GPU time of every paper preset's one-GPU protocol (``scale=gpu``), written to
+``results/gpu/estimates.json`` for ``make reproduce-list SCALE=gpu``.
+
+Nothing here ran on a GPU: the estimate is FLOPs over an assumed throughput, stated in the file beside the numbers.
+
+- **Model FLOPs per update**, counted analytically from the composed ``scale=gpu`` config: per token of a stack,
+  6 x its matmul parameters per layer application (the query, key, value and output projections 4 d^2, the
+  feed-forward 2 d d_ff, cross-attention another 4 d^2 in a decoder) x the applications (layers, or the UT's steps,
+  or ACT's maximum), plus attention scores 12 x applications x d x the sequence length (Kaplan et al. 2020, as
+  ``training.perf.transformer_flops_per_token``), plus the output projection 6 d V on the tokens a decoder or a
+  masked LM predicts. Attention is costed as dense, an upper bound for the sparse (BigBird) rows; the synthesizers'
+  projections are costed as dot-product attention's (within a few percent at these widths).
+- **Tokens per update** are measured from the protocol's own data: the task is built (its sizes capped, which does
+  not change how long its examples are) and 256 training examples spread over the split are collated; their
+  non-padding source and target tokens give the mean lengths, and the batch settings (sentences, or a padded-token
+  budget over the source lengths) give the examples per update. Padding is not counted.
+- **Time** per update is the larger of the FLOPs over ``peak x mfu`` and a per-update floor (the host-bound step of a
+  small model), times the updates; evaluation (validation, beam search on the test set) is not included.
+
+    python -m attnlab.results.gpu_estimate [--out results/gpu/estimates.json] [--data-root ../shared/data]
+        [--only ut/table4] [--mfu 0.3] [--step-floor-s 0.03]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+# The assumptions of every estimate, written beside them.
+PEAK_BF16 = 989.5e12  # H100 SXM / H200 dense bf16 datasheet FLOP/s (training.perf.PEAK_FLOPS)
+DEFAULT_MFU = 0.3  # a dense Transformer in bf16 that keeps the GPU fed; not measured by our runs
+DEFAULT_STEP_FLOOR_S = 0.03  # the host-bound update of a small model (issue 36: 31-90 ms measured on an H200)
+SAMPLE_EXAMPLES = 256
+# Task keys that only say how many examples to build: capped while sampling lengths (lengths do not change).
+_SIZE_CAPS = {"train_size": 4096, "val_size": 64, "test_size": 64, "max_train_examples": 4096,
+              "max_eval_examples": 64, "max_train_pairs": 20000}
+
+log = logging.getLogger("attnlab")
+
+
+@dataclass
+class RowEstimate:
+    experiment: str
+    steps: int
+    examples_per_update: float
+    source_tokens: float  # mean non-padding tokens per example read by the encoder (or the only stack)
+    target_tokens: float  # mean tokens per example read by a decoder (0 for encoder-only models)
+    tokens_per_update: float
+    matmul_params: int  # per token, over every layer application and the output projection
+    flops_per_update: float
+    step_s: float
+    bound: str  # "flops" or "step floor"
+    run_s: float
+
+
+def _applications(model: dict[str, Any], layers: int) -> int:
+    """How many times a stack applies a layer: its layers, or the UT's steps, or ACT's maximum (an upper bound)."""
+    rec = model.get("recurrence") or {}
+    name = rec.get("name", "stacked")
+    if name == "ut":
+        return int(rec.get("num_steps") or layers)
+    if name == "ut_act":
+        return int(rec.get("act_max_steps") or 2 * layers)
+    return layers
+
+
+def flops_per_example(model: dict[str, Any], kind: str, vocab: int, source: float, target: float) -> tuple[float, int]:
+    """Training FLOPs of one example and the matmul parameters per token behind them (see the module doc).
+
+    ``kind``: ``seq2seq`` (encoder-decoder), ``lm`` (decoder only, over ``target`` tokens), ``mlm`` (an encoder that
+    predicts every position: an upper bound) or ``encoder`` (a classifier: no output projection over a vocabulary)."""
+    d, ff = int(model["d_model"]), int(model["d_ff"])
+    self_layer, cross = 4 * d * d + 2 * d * ff, 4 * d * d
+    enc_apps = _applications(model, int(model["encoder_layers"]))
+    dec_apps = _applications(model, int(model["decoder_layers"]))
+    out = d * vocab
+    if kind == "seq2seq":
+        enc_params = self_layer * enc_apps
+        dec_params = (self_layer + cross) * dec_apps + out
+        flops = source * (6 * enc_params + 12 * enc_apps * d * source)
+        flops += target * (6 * dec_params + 12 * dec_apps * d * (target + source))
+        return flops, enc_params + dec_params
+    if kind == "lm":
+        params = self_layer * dec_apps + out
+        return target * (6 * params + 12 * dec_apps * d * target), params
+    params = self_layer * enc_apps + (out if kind == "mlm" else 0)
+    return source * (6 * params + 12 * enc_apps * d * source), params
+
+
+def sample_lengths(task_cfg: dict[str, Any], seed: int = 1) -> tuple[str, int, float, float, float]:
+    """(model kind, vocabulary size, mean source tokens, mean target tokens, mean ``train_lengths``) of the
+    task's training examples, from ``SAMPLE_EXAMPLES`` of them spread over the split."""
+    from attnlab.tasks.base import build_task
+
+    cfg = dict(task_cfg)
+    for key, cap in _SIZE_CAPS.items():
+        if key in cfg and (cfg[key] is None or int(cfg[key]) > cap):
+            cfg[key] = cap
+    task = build_task(cfg, seed)
+    train = task.datasets["train"]
+    n = len(train)
+    picks = sorted({round(i * (n - 1) / max(SAMPLE_EXAMPLES - 1, 1)) for i in range(min(SAMPLE_EXAMPLES, n))})
+    batch = task.collate([train[i] for i in picks])
+
+    def mean_tokens(key: str) -> float:
+        return float((batch[key] != task.pad_id).sum()) / len(picks) if key in batch else 0.0
+
+    lengths = task.train_lengths or [0]
+    mean_length = sum(lengths) / len(lengths)
+    if task.kind == "seq2seq":
+        return "seq2seq", task.vocab_size, mean_tokens("src"), mean_tokens("tgt_in"), mean_length
+    if task.kind == "lm":
+        return "lm", task.vocab_size, 0.0, mean_tokens("ids"), mean_length
+    if task.kind == "mlm":
+        return "mlm", task.vocab_size, mean_tokens("ids"), 0.0, mean_length
+    return "encoder", task.vocab_size, mean_tokens("ids"), 0.0, mean_length
+
+
+def estimate_row(experiment: str, cfg: dict[str, Any], sampled: tuple[str, int, float, float, float], *,
+                 mfu: float = DEFAULT_MFU, step_floor_s: float = DEFAULT_STEP_FLOOR_S,
+                 peak: float = PEAK_BF16) -> RowEstimate:
+    kind, vocab, source, target, mean_length = sampled
+    batch = cfg["batch"]
+    examples = float(batch["sentences_per_update"])
+    if batch.get("tokens_per_update"):  # a padded-token budget over the source lengths (training.data)
+        examples = min(examples, float(batch["tokens_per_update"]) / max(mean_length, 1.0))
+    per_example, params = flops_per_example(cfg["model"], kind, vocab, source, target)
+    flops = per_example * examples
+    compute_s = flops / (peak * mfu)
+    step_s = max(compute_s, step_floor_s)
+    steps = int(cfg["trainer"]["max_steps"])
+    return RowEstimate(experiment=experiment, steps=steps, examples_per_update=round(examples, 2),
+                       source_tokens=round(source, 2), target_tokens=round(target, 2),
+                       tokens_per_update=round(examples * (source + target), 1), matmul_params=int(params),
+                       flops_per_update=float(f"{flops:.4g}"), step_s=float(f"{step_s:.4g}"),
+                       bound="flops" if compute_s >= step_floor_s else "step floor", run_s=round(steps * step_s, 1))
+
+
+def gpu_configs(experiments: list[str], data_root: str | None) -> dict[str, dict[str, Any]]:
+    """Each preset composed at ``scale=gpu`` as the CLI composes it, resolved to plain containers."""
+    from omegaconf import OmegaConf
+
+    from attnlab.cli.common import compose
+    from attnlab.training.scale import apply_scale
+
+    out = {}
+    for experiment in experiments:
+        overrides = [f"experiment={experiment}", "scale=gpu"] + ([f"paths.data_root={data_root}"] if data_root else [])
+        cfg = compose("train", overrides)
+        apply_scale(cfg, overrides)
+        out[experiment] = {section: OmegaConf.to_container(cfg[section], resolve=True)
+                           for section in ("model", "task", "batch", "trainer")}  # no run folder: no Hydra job
+    return out
+
+
+def gpu_protocol_experiments(conf_dir: Path) -> list[str]:
+    """Every paper preset with a root ``at_scale.gpu`` block (a table with a one-GPU protocol)."""
+    import yaml
+
+    found = []
+    for path in sorted(conf_dir.glob("*/*/*.yaml")):
+        rel = path.relative_to(conf_dir).with_suffix("").as_posix()
+        if rel.startswith(("demo/", "probes/")):
+            continue
+        data = yaml.safe_load(path.read_text()) or {}
+        if "gpu" in (data.get("at_scale") or {}):
+            found.append(rel)
+    return found
+
+
+def estimate_all(experiments: list[str], data_root: str | None, *, mfu: float = DEFAULT_MFU,
+                 step_floor_s: float = DEFAULT_STEP_FLOOR_S) -> dict[str, Any]:
+    configs = gpu_configs(experiments, data_root)
+    sampled: dict[str, tuple] = {}
+    rows = {}
+    for experiment, cfg in configs.items():
+        key = json.dumps(cfg["task"], sort_keys=True, default=str)
+        if key not in sampled:
+            print(f"gpu-estimate: sampling {cfg['task']['name']} for {experiment}", file=sys.stderr, flush=True)
+            sampled[key] = sample_lengths(cfg["task"])
+        rows[experiment] = asdict(estimate_row(experiment, cfg, sampled[key], mfu=mfu, step_floor_s=step_floor_s))
+    return {
+        "what": "estimated training time of one run of each preset at scale=gpu on one GPU; NOT measured on a GPU",
+        "generated_by": "python -m attnlab.results.gpu_estimate (make gpu-estimates)",
+        "assumptions": {
+            "peak_flops": PEAK_BF16, "peak_of": "H100 SXM / H200, dense bf16, datasheet", "mfu": mfu,
+            "step_floor_s": step_floor_s,
+            "counted": "training updates only (no validation, no test decoding); attention as dense; no padding",
+        },
+        "rows": rows,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m attnlab.results.gpu_estimate", description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=Path("results/gpu/estimates.json"))
+    parser.add_argument("--conf", type=Path, default=Path("src/attnlab/conf/experiment"))
+    parser.add_argument("--data-root", default=os.environ.get("ATTNLAB_DATA_ROOT"))
+    parser.add_argument("--only", action="append", default=[], help="preset folder <paper>/<table> (repeatable)")
+    parser.add_argument("--mfu", type=float, default=DEFAULT_MFU)
+    parser.add_argument("--step-floor-s", type=float, default=DEFAULT_STEP_FLOOR_S)
+    args = parser.parse_args(argv)
+    from attnlab.tasks.base import DataError
+
+    experiments = gpu_protocol_experiments(args.conf)
+    if args.only:
+        experiments = [e for e in experiments if e.rsplit("/", 1)[0] in args.only]
+        if not experiments:
+            print(f"gpu-estimate: error: no preset with a gpu protocol under {', '.join(args.only)}", file=sys.stderr)
+            return 2
+    try:
+        result = estimate_all(experiments, args.data_root, mfu=args.mfu, step_floor_s=args.step_floor_s)
+    except DataError as exc:
+        print(f"gpu-estimate: error: {exc}", file=sys.stderr)
+        return 2
+    if args.only and args.out.exists():  # refresh some tables, keep the rest
+        previous = json.loads(args.out.read_text())
+        result["rows"] = {**previous.get("rows", {}), **result["rows"]}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = args.out.with_suffix(".tmp")
+    tmp.write_text(json.dumps(result, indent=1, sort_keys=True) + "\n")
+    tmp.replace(args.out)  # nothing half-written
+    print(f"gpu-estimate: {len(result['rows'])} presets -> {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
