@@ -62,13 +62,16 @@ define reproduce
 endef
 
 .PHONY: reproduce-ut-table4 reproduce-ut-table7 reproduce-lra-table1 reproduce-qknorm-table1 \
-	reproduce-synthesizer-table2 reproduce-synthesizer-table6 reproduce-synthesizer-table7 reproduce-list \
+	reproduce-synthesizer-table2 reproduce-synthesizer-table6 reproduce-synthesizer-table7 reproduce-list gpu-estimates \
 	reproduce-synthesizer-table3 reproduce-synthesizer-table4 reproduce-synthesizer-table5 \
 	reproduce-ut-table1 reproduce-ut-table3 reproduce-ut-table5 reproduce-ut-table6 \
 	reproduce-bigbird-table1 reproduce-bigbird-table10
 
-reproduce-list: ## List every reproduce target: rows (presets), seeds, table specs, estimated wall time
-	@$(BIN)/python -m attnlab.results.listing --seeds $(SEEDS) --jobs $(JOBS) --conf $(EXPERIMENT_CONF) --experiments $(TABLE_SPECS) --published $(PUBLISHED)
+reproduce-list: ## List every reproduce target: rows, seeds, table specs, estimated wall time (SCALE=gpu: GPU-hours)
+	@$(BIN)/python -m attnlab.results.listing --seeds $(SEEDS) --jobs $(JOBS) --conf $(EXPERIMENT_CONF) --experiments $(TABLE_SPECS) --published $(PUBLISHED) --scale $(if $(filter gpu,$(SCALE)),gpu,cpu)
+
+gpu-estimates: $(STAMP) ## Estimate each scale=gpu preset's GPU time from FLOPs and its data (results/gpu/estimates.json)
+	$(BIN)/python -m attnlab.results.gpu_estimate --out results/gpu/estimates.json --data-root $(ATTNLAB_DATA_ROOT)
 
 # Every reproduce target, for the hint below: one per preset folder <paper>/<table>, and the T5 path's two.
 REPRO_TARGETS := $(sort $(foreach d,$(filter-out synthesizer/t5 demo/%,$(patsubst $(EXPERIMENT_CONF)/%/,%,\

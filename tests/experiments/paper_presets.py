@@ -82,3 +82,19 @@ def probe_dirs() -> list[str]:
     """Every ``probes/<paper>`` preset folder (mechanism probes: experiments/probes/), sorted."""
     root = EXPERIMENT_CONF / "probes"
     return sorted(f"probes/{d.name}" for d in root.iterdir() if d.is_dir()) if root.is_dir() else []
+
+
+def gpu_presets() -> list[str]:
+    """Every paper preset with a one-GPU protocol (a root ``at_scale.gpu`` block), sorted."""
+    found = []
+    for table in [*table_dirs(), *sorted(PIPELINE_DIRS)]:
+        for path in sorted((EXPERIMENT_CONF / table).glob("*.yaml")):
+            data = yaml.safe_load(path.read_text()) or {}
+            if "gpu" in (data.get("at_scale") or {}):
+                found.append(f"{table}/{path.stem}")
+    return found
+
+
+def gpu_tables() -> list[str]:
+    """The preset folders with a one-GPU protocol."""
+    return sorted({e.rsplit("/", 1)[0] for e in gpu_presets()})

@@ -1,7 +1,8 @@
 """The comparison rules of every reproduced table (experiments/<paper>/README.md), checked on the presets.
 
 1. Same hyperparameters across rows: two rows of one table (within one comparison group, e.g. one task)
-   may differ only in the config keys the table's rule lists (the variable under study), at both scales.
+   may differ only in the config keys the table's rule lists (the variable under study), at every scale
+   (cpu, paper, and gpu where the table has a one-GPU protocol).
 2. Equal size where the paper compares at equal size: every row's parameter count is within the stated
    tolerance of the reference row, counted on the model actually built (``build_module``) at scale=cpu
    and, where the data builds offline, at scale=paper. Exemptions carry their reason, and a test checks
@@ -20,7 +21,7 @@ import pytest
 from omegaconf import OmegaConf, open_dict
 
 from attnlab.training.config import validate
-from tests.experiments.paper_presets import presets, probe_dirs, table_dirs
+from tests.experiments.paper_presets import gpu_tables, presets, probe_dirs, table_dirs
 
 ALWAYS_DIFFER = ("experiment_name", "row", "run_name")
 
@@ -172,6 +173,7 @@ def test_every_table_with_presets_states_its_rules():
 
 
 CASES = [(t, s) for t in RULES if t in [*table_dirs(), *probe_dirs()] for s in ("cpu", "paper")]
+CASES += [(t, "gpu") for t in RULES if t in gpu_tables()]  # the one-GPU protocols keep the rules too
 
 
 @pytest.mark.parametrize(("table", "scale"), CASES, ids=[f"{t}-{s}" for t, s in CASES])

@@ -8,6 +8,10 @@ The estimate is read from each spec's ``laptop`` block (``protocol``: the table'
 trains, rows x seeds) as ``per_run_s`` x the spec's rows x the seeds asked for; a spec without a measured
 ``per_run_s`` says "not measured" rather than guessing.
 
+With ``--scale gpu`` the estimate is each table's one-GPU protocol in GPU-hours: a spec's ``gpu.per_run_s`` where a run
+was measured on a GPU, else the FLOP estimate of each preset in ``--gpu-estimates`` (results/gpu/estimates.json,
+written by ``make gpu-estimates``), summed over the rows x seeds the target trains.
+
 With ``--published results/runs`` the committed records count too: the runs of the asked seeds already
 published are done (the targets skip them), and the runs still to train are timed row by row: a row with
 records by their median cost per run, a row without by the spec's estimate, else by the table's median (rows of
@@ -15,16 +19,18 @@ one table can differ 4x: a UT applies its layer 8 times). A run's cost is a sing
 (what it costs alone, which a loaded machine does not inflate), else its wall seconds as the sweep measured them.
 
     python -m attnlab.results.listing --seeds 1,2,3 [--conf src/attnlab/conf/experiment] [--experiments experiments]
-        [--published results/runs]
+        [--published results/runs] [--scale gpu --gpu-estimates results/gpu/estimates.json]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from attnlab.results.errors import SpecError
 from attnlab.results.spec import TableSpec, list_specs, load_spec
@@ -174,13 +180,64 @@ def estimate(
     return text
 
 
+def _spec_experiments(spec: TableSpec) -> set[str]:
+    """The presets a spec's rows read (a row's ``match.experiment`` may list several)."""
+    out: set[str] = set()
+    for row in spec.rows:
+        names = row.match.get("experiment", [])
+        out |= {names} if isinstance(names, str) else {str(n) for n in names}
+    return out
+
+
+def estimate_gpu(target: Target, seeds: list[int], estimates: dict[str, Any]) -> str:
+    """The target's one-GPU protocol on one GPU, in GPU-hours: measured per run where a spec has ``gpu.per_run_s``,
+    else each preset's FLOP estimate (``estimates``: the ``rows`` of results/gpu/estimates.json)."""
+    if not target.specs:
+        return "not estimated (no table spec)"
+    parts, total, missing, none = [], 0.0, [], []
+    for spec in target.specs:
+        gpu = spec.gpu
+        if gpu is None or gpu.protocol.startswith("None"):
+            none.append(spec.name)
+            continue
+        rows = sorted(_spec_experiments(spec) & set(target.rows)) or sorted(target.rows)
+        if target.name in T5_TARGETS:  # the pre-training runs are part of the protocol too
+            rows = sorted(target.rows)
+        runs = len(rows) * len(seeds)
+        if gpu.per_run_s is not None:
+            seconds = gpu.per_run_s * runs
+            parts.append(f"{spec.name}: {runs} runs x {gpu.per_run_s / 60:.0f} min measured on {gpu.device}")
+        else:
+            absent = [r for r in rows if r not in estimates]
+            if absent:
+                missing.append(f"{spec.name} ({len(absent)} of {len(rows)} presets; make gpu-estimates)")
+                continue
+            seconds = sum(float(estimates[r]["run_s"]) for r in rows) * len(seeds)
+            floor = sum(estimates[r]["bound"] == "step floor" for r in rows)
+            bound = "" if not floor else (", step-floor bound" if floor == len(rows)
+                                          else f", step-floor bound for {floor} of {len(rows)} presets")
+            parts.append(f"{spec.name}: {runs} runs x {seconds / runs / 60:.0f} min estimated from FLOPs{bound}")
+        total += seconds
+    text = f"~{total / 3600:.1f} GPU-h ({'; '.join(parts)})" if parts else ""
+    if missing:
+        text += ("; " if text else "") + f"not estimated: {', '.join(missing)}"
+    if none:
+        text += ("; " if text else "") + f"no one-GPU protocol (see the spec): {', '.join(none)}"
+    return text
+
+
 def render_listing(targets: list[Target], seeds: str, jobs: int = 1,
-                   published: dict[str, Published] | None = None) -> str:
+                   published: dict[str, Published] | None = None, gpu_estimates: dict[str, Any] | None = None) -> str:
+    """One line per target; with ``gpu_estimates`` (scale=gpu) the time is GPU-hours on one GPU."""
     seed_list = [int(s) for s in seeds.split(",") if s.strip()]
     lines = []
     for t in targets:
         rows = ",".join(t.rows) or "none yet"
         tables = " ".join(s.name for s in t.specs) or "none yet"
+        if gpu_estimates is not None:
+            lines.append(f"{t.name}: rows {rows}; seeds {seeds}; tables {tables}; scale=gpu, one GPU: "
+                         f"{estimate_gpu(t, seed_list, gpu_estimates)}")
+            continue
         time = estimate(t, seed_list, jobs, published)
         lines.append(f"{t.name}: rows {rows}; seeds {seeds}; tables {tables}; estimated time {time}")
     return "\n".join(lines) + "\n"
@@ -193,9 +250,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--experiments", default="experiments", type=Path)
     parser.add_argument("--jobs", default=1, type=int, help="runs at once (make's JOBS)")
     parser.add_argument("--published", type=Path, default=None, help="committed records (make's PUBLISHED)")
+    parser.add_argument("--scale", choices=("cpu", "gpu"), default="cpu", help="the protocols to time (make's SCALE)")
+    parser.add_argument("--gpu-estimates", type=Path, default=Path("results/gpu/estimates.json"))
     args = parser.parse_args(argv)
     try:
         targets = table_targets(args.conf, args.experiments)
+        if args.scale == "gpu":
+            if not args.gpu_estimates.is_file():
+                print(f"reproduce-list: error: no {args.gpu_estimates}; run `make gpu-estimates` first",
+                      file=sys.stderr)
+                return 2
+            rows = json.loads(args.gpu_estimates.read_text()).get("rows", {})
+            sys.stdout.write(render_listing(targets, args.seeds, gpu_estimates=rows))
+            return 0
         published = (
             published_runs([s for t in targets for s in t.specs], args.published, args.experiments)
             if args.published else None

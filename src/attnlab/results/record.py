@@ -29,7 +29,7 @@ from typing import Any
 SCHEMA_VERSION = 1
 RECORD_FILENAME = "results.json"
 STATUSES = ("completed", "failed", "running")
-SCALES = ("cpu", "paper")
+SCALES = ("cpu", "gpu", "paper")
 
 
 class RecordError(Exception):

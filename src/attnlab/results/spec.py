@@ -163,6 +163,18 @@ class LaptopSpec:
 
 
 @dataclass
+class GpuSpec:
+    """The one-GPU protocol of a table (``scale=gpu``): what it is, and its cost per run once measured on a GPU.
+
+    A protocol starting with "None" says why the table has none (its data is not local). Without a measured
+    ``per_run_s`` the time is estimated from FLOPs (``attnlab.results.gpu_estimate``)."""
+
+    protocol: str
+    per_run_s: float | None = None  # measured seconds of one run on ``device`` (None: not measured on a GPU)
+    device: str | None = None  # the GPU, torch and CUDA versions behind per_run_s
+
+
+@dataclass
 class TableSpec:
     name: str
     title: str
@@ -175,6 +187,7 @@ class TableSpec:
     notes: list[str] = field(default_factory=list)
     claims: list[ClaimSpec] = field(default_factory=list)
     laptop: LaptopSpec | None = None
+    gpu: GpuSpec | None = None
     path: Path | None = None
     # paper: a table of a paper, built from preset runs of that paper's table | probe: a mechanism probe
     # (experiments/probes/), built only from runs of probe presets (experiment names under PROBE_PREFIX) and
@@ -191,13 +204,14 @@ class TableSpec:
         return next(m for m in self.metrics if m.label == label)
 
 
-_SPEC_KEYS = {"title", "paper", "table", "data", "match", "notes", "metrics", "rows", "claims", "laptop", "kind",
+_SPEC_KEYS = {"title", "paper", "table", "data", "match", "notes", "metrics", "rows", "claims", "laptop", "gpu", "kind",
               "probe_of"}
 KINDS = ("paper", "probe")
 PROBE_PREFIX = "probes/"  # experiment names of probe presets start with it
 _CLAIM_KEYS = {"claim", "source", "metric", "a", "b", "test", "margin", "requires", "caveat"}
 _REQUIRE_KEYS = {"row", "field", "at_most", "at_least"}
 _LAPTOP_KEYS = {"protocol", "per_run_s", "runs"}
+_GPU_KEYS = {"protocol", "per_run_s", "device"}
 _METRIC_KEYS = {
     "ours", "label", "direction", "scale", "paper_key", "paper_part", "paper_scale", "digits", "from", "match",
     "mean_of", "trivial",
@@ -316,6 +330,7 @@ def spec_from_dict(data: Any, name: str, where: str = "spec") -> TableSpec:
         notes=notes,
         claims=_claims(data.get("claims"), metrics, labels, where),
         laptop=_laptop(data.get("laptop"), where),
+        gpu=_gpu(data.get("gpu"), where),
         kind=kind,
         probe_of=data.get("probe_of"),
     )
@@ -427,6 +442,22 @@ def _laptop(data: Any, where: str) -> LaptopSpec | None:
     if runs is not None and (isinstance(runs, bool) or not isinstance(runs, int) or runs <= 0):
         raise SpecError(f"{w}: runs must be a whole number > 0, or absent")
     return LaptopSpec(protocol=str(data["protocol"]), per_run_s=None if per_run is None else float(per_run), runs=runs)
+
+
+def _gpu(data: Any, where: str) -> GpuSpec | None:
+    if data is None:
+        return None
+    w = f"{where}: gpu"
+    if not isinstance(data, Mapping) or not data.get("protocol"):
+        raise SpecError(f"{w}: needs a mapping with 'protocol' (and per_run_s with device once measured on a GPU)")
+    _unknown(w, data, _GPU_KEYS)
+    per_run, device = data.get("per_run_s"), data.get("device")
+    if per_run is not None and (isinstance(per_run, bool) or not isinstance(per_run, (int, float)) or per_run <= 0):
+        raise SpecError(f"{w}: per_run_s must be a measured number of seconds > 0, or absent")
+    if (per_run is None) != (device is None):
+        raise SpecError(f"{w}: per_run_s and device go together (the seconds, and the GPU, torch and CUDA behind them)")
+    return GpuSpec(protocol=str(data["protocol"]), per_run_s=None if per_run is None else float(per_run),
+                   device=None if device is None else str(device))
 
 
 def _flat_labels(items: Any) -> str:
