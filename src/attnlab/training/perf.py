@@ -116,8 +116,13 @@ def count_training_flops(module, batch, forward_context=None) -> tuple[int, int]
     for p in params:
         p.grad = None
     cuda = [module.device] if module.device.type == "cuda" else []
+    # torch's counter has no formula for the fused CPU attention kernel and would count its L x L products as
+    # zero; the math backend runs them as counted matmuls (CUDA's flash / efficient kernels have formulas)
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    backend = sdpa_kernel([SDPBackend.MATH]) if module.device.type == "cpu" else contextlib.nullcontext()
     try:
-        with torch.random.fork_rng(devices=cuda), countable_kernels(module), \
+        with torch.random.fork_rng(devices=cuda), countable_kernels(module), backend, \
                 (forward_context or contextlib.nullcontext()), FlopCounterMode(display=False) as counter:
             total, _, _, tokens = module.total_loss(batch)
             total.backward()
