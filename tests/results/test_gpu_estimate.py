@@ -101,6 +101,7 @@ def test_reproduce_list_gpu_sums_the_estimates_over_rows_and_seeds(tmp_path, cap
     assert "~6.0 GPU-h" in lines["reproduce-ut-table4"], lines["reproduce-ut-table4"]
     assert "not estimated" in lines["reproduce-ut-table7"]  # no estimate for its presets in this file
     assert "no one-GPU protocol" in lines["reproduce-synthesizer-table4"]
+    assert "laptop protocol" in lines["reproduce-probes-ut"]
 
 
 def test_reproduce_list_gpu_without_estimates_says_how_to_make_them(tmp_path, capsys):

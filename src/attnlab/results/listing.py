@@ -195,6 +195,8 @@ def estimate_gpu(target: Target, seeds: list[int], estimates: dict[str, Any]) ->
     if not target.specs:
         return "not estimated (no table spec)"
     parts, total, missing, none = [], 0.0, [], []
+    if all(spec.kind == "probe" for spec in target.specs):
+        return "none: a mechanism probe is a laptop protocol (experiments/probes/README.md)"
     for spec in target.specs:
         gpu = spec.gpu
         if gpu is None or gpu.protocol.startswith("None"):
