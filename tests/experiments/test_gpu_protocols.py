@@ -145,3 +145,16 @@ def test_each_gpu_protocol_trains_a_few_steps_at_tiny_width(table, tmp_path, mon
     assert record["scale"] == "gpu"
     assert record["metrics"]["final"], f"{experiment}: no test metric at scale=gpu"
 
+
+
+@pytest.mark.parametrize("table", gpu_tables())
+def test_committed_gpu_estimates_are_of_the_budgets_the_presets_state(table):
+    """A changed step budget without `make gpu-estimates` leaves reproduce-list SCALE=gpu timing an old protocol."""
+    import json
+
+    estimates = json.loads((SPECS.parent / "results" / "gpu" / "estimates.json").read_text())["rows"]
+    for experiment in presets(table):
+        if experiment in GPU_PRESETS:
+            cfg = _config(experiment, "gpu")
+            assert estimates[experiment]["steps"] == int(cfg.trainer.max_steps), (
+                f"{experiment}: results/gpu/estimates.json is stale; run `make gpu-estimates` and commit it")
