@@ -34,8 +34,6 @@ from torch import nn
 
 from attnlab.attention.base import Attention
 
-LAYOUTS = ("dense", "block_sparse", "unavailable")
-
 
 @dataclass
 class WeightPart:

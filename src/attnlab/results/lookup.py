@@ -48,15 +48,6 @@ def _read(path: Path, wanted_hash: str | None = None) -> dict[str, Any] | None:
     return data
 
 
-def completed_records(roots: str | os.PathLike | Iterable[str | os.PathLike]) -> dict[str, Path]:
-    """``config_hash -> results.json`` of every valid completed record under ``roots`` (the newest per hash).
-
-    One pass over the folder; use it to check many configs at once (e.g. listing which rows of a table
-    still need training). Corrupt, failed and running records are left out silently.
-    """
-    return _newest_by_hash(roots, None)
-
-
 def _newest_by_hash(
     roots: str | os.PathLike | Iterable[str | os.PathLike], wanted_hash: str | None
 ) -> dict[str, Path]:

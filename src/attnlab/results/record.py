@@ -113,7 +113,6 @@ class RunRecord:
 # ----------------------------------------------------------------------------------------------------------
 # Validation. The schema is written as data so that the checker and the documentation cannot drift.
 
-_NULL = type(None)
 _INT = (int,)
 _NUM = (int, float)
 

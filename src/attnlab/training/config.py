@@ -497,11 +497,6 @@ def resume_config_changes(before: dict[str, Any], after: dict[str, Any]) -> tupl
     return forbidden, allowed
 
 
-def check_resume_config(cfg: DictConfig) -> None:
-    """The root config's reliability keys alone (``validate`` checks them too)."""
-    check_root_keys(resolved_view(cfg))
-
-
 def _check_loggers(view: DictConfig) -> None:
     for name, (packages, install) in LOGGER_PACKAGES.items():
         if view.logger.get(name) is None:

@@ -39,7 +39,7 @@ from attnlab.training.checkpointing import (
     load_checkpoint_file,
     remove_partial_files,
 )
-from attnlab.training.config import ConfigError, check_resume_config, validate
+from attnlab.training.config import ConfigError, validate
 from attnlab.training.faults import (
     NonFiniteGuard,
     StorageError,
@@ -493,7 +493,6 @@ def run(cfg: DictConfig, *, run_dir: str | os.PathLike | None = None, command: s
     started = RunClock(time.time(), time.process_time())
     apply_scale(cfg, cli_overrides)
     validate(cfg)
-    check_resume_config(cfg)
     # The hash of the config as asked for: the build below fills in values found in the data (max_len,
     # QKNorm's g0, ...), and a rerun must find this record by the hash it computes before that.
     asked_hash = _safe_hash(cfg)
