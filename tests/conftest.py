@@ -37,7 +37,7 @@ def compose(overrides: list[str] | None = None, *, run_dir: Path | None = None, 
     distinct override list is composed once per session and handed out as a deep copy.
     """
     from attnlab.cli.common import compose as compose_raw
-    from attnlab.training.run import apply_scale
+    from attnlab.training.scale import apply_scale
 
     key = (tuple(overrides or ()), scale)
     if key not in _COMPOSED:

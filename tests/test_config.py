@@ -162,7 +162,7 @@ def test_at_scale_blocks_replace_by_path_and_the_command_line_wins(tmp_path, cap
 
     from omegaconf import OmegaConf, open_dict
 
-    from attnlab.training.run import apply_scale
+    from attnlab.training.scale import apply_scale
 
     cfg = compose(["experiment=demo/copy"], run_dir=tmp_path, scale=False)
     with open_dict(cfg):

@@ -57,7 +57,7 @@ def test_the_hash_of_a_preset_does_not_depend_on_its_run_folder(tmp_path):
     from hydra import initialize_config_module
     from hydra.core.global_hydra import GlobalHydra
 
-    from attnlab.training.run import apply_scale
+    from attnlab.training.scale import apply_scale
 
     def hashed(run_dir, *extra):
         overrides = ["experiment=ut/table4/ut_copy", "seed=2", f"paths.run_dir={run_dir}", *extra]

@@ -89,7 +89,7 @@ def load_run_config(run_dir: Path, overrides: list[str]):
     from omegaconf import OmegaConf, open_dict
 
     from attnlab.training.config import validate
-    from attnlab.training.run import apply_scale
+    from attnlab.training.scale import apply_scale
 
     cfg_file, ovr_file = run_dir / ".hydra" / "config.yaml", run_dir / ".hydra" / "overrides.yaml"
     if not cfg_file.is_file():

@@ -10,13 +10,6 @@ import lightning as L
 import torch
 
 from attnlab.training.config import NAN_POLICIES
-from attnlab.training.storage import (  # noqa: F401 - re-exported: the run folder checks live in storage.py
-    StorageError,
-    check_can_create,
-    check_free_space,
-    check_writable,
-    nearest_existing,
-)
 
 log = logging.getLogger("attnlab")
 

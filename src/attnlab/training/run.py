@@ -40,18 +40,12 @@ from attnlab.training.checkpointing import (
     remove_partial_files,
 )
 from attnlab.training.config import ConfigError, validate
-from attnlab.training.faults import (
-    NonFiniteGuard,
-    StorageError,
-    check_free_space,
-    check_writable,
-    checkpoint_bytes,
-)
+from attnlab.training.faults import NonFiniteGuard, checkpoint_bytes
 from attnlab.training.launch import is_launch_rank_zero
 from attnlab.training.modules import MODULES, TaskModule, count_parameters
 from attnlab.training.resumable import ResumableCSVLogger, ResumableDataModule
 from attnlab.training.scale import apply_scale  # noqa: F401 - re-exported: run, eval and tests apply it here
-from attnlab.training.storage import storage_failure
+from attnlab.training.storage import StorageError, check_free_space, check_writable, storage_failure
 from attnlab.training.wandb_run import build_wandb_logger, finish_wandb, publish_to_wandb, wandb_run_id
 
 log = logging.getLogger("attnlab")
