@@ -152,22 +152,19 @@ def _record_failure(cfg: DictConfig, out: str, command: str, reason: str) -> str
     return f"{reason}; no run record could be written in {out}"
 
 
-# Beside Hydra's .hydra/config.yaml (rewritten with the scale applied): the composition before the scale.
-CONFIG_BEFORE_SCALE = "config_before_scale.yaml"
-
-
 def save_config_that_runs(cfg: DictConfig, overrides: list[str], hydra_dir: Path) -> None:
     """Apply the scale to ``cfg`` and rewrite ``.hydra/config.yaml`` with it: Hydra saved the config before
     ``at_scale`` blocks were applied, and the run folder must hold the config that runs. The composition
     before the scale is kept as ``.hydra/config_before_scale.yaml``."""
     from omegaconf import OmegaConf
 
+    from attnlab.results.configs import BEFORE_SCALE_CONFIG
     from attnlab.results.record import atomic_write_text
     from attnlab.training.scale import apply_scale
 
     before = OmegaConf.to_yaml(cfg)
     apply_scale(cfg, overrides)  # run() applies it again: a no-op on a scaled config
-    atomic_write_text(hydra_dir / CONFIG_BEFORE_SCALE, before)
+    atomic_write_text(hydra_dir / BEFORE_SCALE_CONFIG.name, before)
     atomic_write_text(hydra_dir / "config.yaml", OmegaConf.to_yaml(cfg))
 
 
@@ -354,11 +351,13 @@ def _failed_records(argv: list[str], since: float) -> dict[str, str]:
     """{run folder: error} of the failed records written by this sweep (under its ``hydra.sweep.dir``)."""
     import json
 
+    from attnlab.results.record import RECORD_FILENAME
+
     given = [a.split("=", 1)[1] for a in argv if a.startswith("hydra.sweep.dir=")]
     if not given:
         return {}
     failed = {}
-    for path in Path(given[-1].strip("'\"")).rglob("results.json"):
+    for path in Path(given[-1].strip("'\"")).rglob(RECORD_FILENAME):
         try:
             if path.stat().st_mtime < since:
                 continue

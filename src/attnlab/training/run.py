@@ -573,12 +573,12 @@ def run(cfg: DictConfig, *, run_dir: str | os.PathLike | None = None, command: s
     if resume_path is not None:
         record["extra"]["resumed_from"] = str(Path(resume_path).resolve())
     if trainer.is_global_zero:
-        from attnlab.results.record import write_record
+        from attnlab.results.record import RECORD_FILENAME, write_record
         from attnlab.training.outputs import write_decoded_outputs
 
         with _storage_errors(run_dir):
             write_decoded_outputs(run_dir / OUTPUTS_DIR, module.test_outputs, task)  # before the record: complete
-            write_record(run_dir / "results.json", record)
+            write_record(run_dir / RECORD_FILENAME, record)
     for lg in loggers:
         if lg.__class__.__name__ == "WandbLogger":
             if trainer.is_global_zero:
@@ -694,11 +694,11 @@ def _write_interrupted_record(cfg, run_dir, command, trainer, module, callbacks,
     key = "interrupted" if isinstance(exc, Interrupted) else "preempted"
     record["extra"][key] = {"signal": signal.Signals(exc.signum).name, "step": exc.step,
                             "checkpoint": exc.checkpoint, "resume_with": record["command"]}
-    from attnlab.results.record import write_record
+    from attnlab.results.record import RECORD_FILENAME, write_record
 
     try:
         with _storage_errors(run_dir):
-            write_record(run_dir / "results.json", record)
+            write_record(run_dir / RECORD_FILENAME, record)
     except StorageError as failure:
         log.error("%s", failure)  # the stop itself is reported by the caller
 
@@ -737,7 +737,7 @@ def _storage_errors(run_dir: Path):
 def write_failed_record(cfg: DictConfig, run_dir: str | os.PathLike, command: str, error: str) -> bool:
     """A run record with ``status: failed`` and the reason, so sweeps and tables show the failure; False
     when the folder cannot take it (a full disk), with nothing half-written."""
-    from attnlab.results.record import write_record
+    from attnlab.results.record import RECORD_FILENAME, write_record
 
     def pick(dotted: str):
         try:
@@ -774,7 +774,7 @@ def write_failed_record(cfg: DictConfig, run_dir: str | os.PathLike, command: st
     }
     try:
         Path(run_dir).mkdir(parents=True, exist_ok=True)
-        write_record(Path(run_dir) / "results.json", record)
+        write_record(Path(run_dir) / RECORD_FILENAME, record)
     except OSError as exc:
         log.debug("no failure record written in %s: %s", run_dir, exc)
         return False

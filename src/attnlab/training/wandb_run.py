@@ -82,7 +82,9 @@ def publish_to_wandb(record: dict[str, Any], run_dir: Path, outputs_dir: Path) -
             return
         run.summary["attnlab/record"] = record
         run.config.update({"metric_flavours": record.get("metric_flavours") or {}}, allow_val_change=True)
-        for path in [run_dir / "results.json", *sorted(outputs_dir.glob("*"))]:
+        from attnlab.results.record import RECORD_FILENAME
+
+        for path in [run_dir / RECORD_FILENAME, *sorted(outputs_dir.glob("*"))]:
             if path.is_file():
                 wandb.save(str(path), base_path=str(run_dir), policy="now")
     except Exception as exc:  # noqa: BLE001 - a logging backend must never fail a finished run
