@@ -454,6 +454,9 @@ DEFAULT_HASH_EXCLUDE: tuple[str, ...] = (
     "num_workers",  # dataloader processes; batches are the same
     "torch_threads",  # intra-op threads: how fast, not what is computed
     "print_config",
+    "resume",  # whether to pick up a checkpoint: a resumed run is the same run
+    "record_attention*",  # what the run also writes (attention-weight captures), not what it trains
+    "plugins",  # modules imported for their registrations; what they register is in the config itself
 )
 
 

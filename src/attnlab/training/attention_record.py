@@ -11,7 +11,7 @@ Only real entries count: rows of padding queries are left out, and so are keys a
 (padding, the future in a causal layer, keys outside BigBird's block plan). Counting is done on the
 module's own outputs, so the file describes what the trained model computes, not a re-derivation.
 The recording runs in eval mode with the RNG state restored afterwards, so the run's numbers (and its
-config hash, see ``run.HASH_EXCLUDE_EXTRA``) are the same with and without it.
+config hash, see ``results.record.DEFAULT_HASH_EXCLUDE``) are the same with and without it.
 """
 
 from __future__ import annotations

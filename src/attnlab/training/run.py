@@ -473,9 +473,6 @@ def peak_memory_mb(device: torch.device | None = None) -> float | None:
 # How a run restarts is not what it computes (ckpt_path is excluded already); recording attention weights
 # reads the trained model after training, so turning it on changes no number (and no existing hash).
 # Where the user's own code is found (plugins) is not what it computes: the names it registers are hashed.
-HASH_EXCLUDE_EXTRA = ("resume", "record_attention*", "plugins")
-
-
 def run(cfg: DictConfig, *, run_dir: str | os.PathLike | None = None, command: str | None = None,
         cli_overrides: list[str] | tuple[str, ...] = ()) -> dict[str, Any]:
     """Train and evaluate one configuration; write and return its run record (``results.json``).
@@ -800,7 +797,7 @@ def _completed_twin(cfg: DictConfig) -> dict[str, Any] | None:
 def _safe_hash(cfg: DictConfig) -> str | None:
     from attnlab.results.record import DEFAULT_HASH_EXCLUDE, config_hash
 
-    exclude = (*DEFAULT_HASH_EXCLUDE, *HASH_EXCLUDE_EXTRA)
+    exclude = DEFAULT_HASH_EXCLUDE
     try:
         return config_hash(OmegaConf.to_container(cfg, resolve=True), exclude=exclude)
     except Exception:  # noqa: BLE001 - resolved below without the keys the hash leaves out
