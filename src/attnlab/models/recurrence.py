@@ -26,12 +26,24 @@ from torch import nn
 from attnlab.models.blocks import LayerSpec
 
 _RECURRENCES: dict[str, tuple[type, type, type]] = {}
+_EMITS_PONDER_STEPS: set[str] = set()
 
 
-def register_recurrence(name: str, *, options: type, encoder: type, decoder: type) -> None:
+def register_recurrence(name: str, *, options: type, encoder: type, decoder: type,
+                        emits_ponder_steps: bool = False) -> None:
+    """Register a depth scheme; ``emits_ponder_steps``: its stacks report per-position steps (ACT), which the
+    ponder statistics callback records."""
     if name in _RECURRENCES:
         raise ValueError(f"recurrence {name!r} registered twice")
     _RECURRENCES[name] = (options, encoder, decoder)
+    if emits_ponder_steps:
+        _EMITS_PONDER_STEPS.add(name)
+
+
+def emits_ponder_steps(name: str) -> bool:
+    """Whether the recurrence ``name`` reports per-position ponder steps (as its registration declares)."""
+    _load()
+    return name in _EMITS_PONDER_STEPS
 
 
 def _load() -> None:

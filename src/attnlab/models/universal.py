@@ -468,4 +468,5 @@ class ACTUniversalDecoder(_ACTStack):
 
 
 register_recurrence("ut", options=UTOptions, encoder=UniversalEncoder, decoder=UniversalDecoder)
-register_recurrence("ut_act", options=ACTOptions, encoder=ACTUniversalEncoder, decoder=ACTUniversalDecoder)
+register_recurrence("ut_act", options=ACTOptions, encoder=ACTUniversalEncoder, decoder=ACTUniversalDecoder,
+                    emits_ponder_steps=True)

@@ -342,7 +342,9 @@ def build_callbacks(cfg: DictConfig, run_dir: Path) -> list:
         from attnlab.training.perf import MFUCallback
 
         callbacks.append(MFUCallback(log_every=cfg.trainer.log_every_n_steps))
-    if c.get("ponder_stats") and cfg.model.recurrence.name.endswith("act"):
+    from attnlab.models.recurrence import emits_ponder_steps
+
+    if c.get("ponder_stats") and emits_ponder_steps(cfg.model.recurrence.name):
         callbacks.append(PonderStats(str(run_dir), sample_size=c.ponder_stats.sample_size))
     if cfg.optim.get("plateau") is not None:
         from attnlab.training.plateau import PlateauDecay, PlateauOptions

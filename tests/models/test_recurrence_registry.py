@@ -1,0 +1,19 @@
+"""What each registered recurrence declares to the floors above it."""
+
+from attnlab.models.recurrence import (
+    _EMITS_PONDER_STEPS,
+    _RECURRENCES,
+    available_recurrences,
+    emits_ponder_steps,
+    register_recurrence,
+)
+
+
+def test_only_act_declares_ponder_steps_and_a_name_alone_declares_nothing():
+    assert {name for name in available_recurrences() if emits_ponder_steps(name)} == {"ut_act"}
+    # a plugin named like ACT is not taken for it (the ponder callback once matched names ending in "act")
+    register_recurrence("plugin_fact", options=object, encoder=object, decoder=object)
+    try:
+        assert not emits_ponder_steps("plugin_fact")
+    finally:
+        _RECURRENCES.pop("plugin_fact"), _EMITS_PONDER_STEPS.discard("plugin_fact")
