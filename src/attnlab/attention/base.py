@@ -113,6 +113,12 @@ class Attention(nn.Module):
             module.bind_layer(layer_index, run_seed)
 
     # -- helpers shared by variants -------------------------------------------------------------
+    def allowed_pairs(self, length: int) -> torch.Tensor | None:
+        """The (query, key) pairs this attention lets through among ``length`` real tokens, as a boolean mask of
+        (length, length) or (heads, length, length); None where it attends densely (every key, or every earlier
+        key when causal). A sparse variant overrides it; ``training.sparsity`` reads it for the attended fraction."""
+        return None
+
     def split_heads(self, t: torch.Tensor) -> torch.Tensor:
         """(B, L, D) -> (B, H, L, Dh)."""
         b, n, _ = t.shape

@@ -368,6 +368,14 @@ class BigBirdAttention(Attention):
         self._plans[key] = (version, plan, dense)
         return plan, dense
 
+    def allowed_pairs(self, length: int) -> torch.Tensor | None:
+        """The pairs of the block plan at ``length`` (per head where each head has its own random blocks), or None
+        where the fallback attends densely."""
+        if self.uses_dense(length):
+            return None
+        with torch.no_grad():
+            return bigbird_reference_allowed(self.plan_for_length(length, torch.device("cpu")), length)
+
     def uses_dense(self, length: int) -> bool:
         """The fallback rule, evaluated per call (never sticky)."""
         threshold = self.options.dense_fallback_len

@@ -3,9 +3,9 @@
 The attended fraction at length L is the share of the (query, key) pairs among L real tokens that the
 attention lets through: allowed pairs / L^2 (bidirectional) or / L(L+1)/2 (causal, where only the past
 counts), 1.0 when the module falls back to dense attention at that length. It is read from the module's own
-plan (``plan_for_length``, ``uses_dense``: BigBird), so it is the pattern the run trained with, averaged over
-the plan's heads when each head has its own random blocks. Dense variants have no plan: a bidirectional
-encoder's dense attention is reported as attending every key (1.0, ``dense_coverage``), a causal or
+``Attention.allowed_pairs`` (overridden by the sparse variants: BigBird's block plan), so it is the pattern the run
+trained with, averaged over the heads when each head has its own random blocks. Dense variants have no plan: a
+bidirectional encoder's dense attention is reported as attending every key (1.0, ``dense_coverage``), a causal or
 encoder-decoder model's is not reported. The run record keeps the summary over the test split's lengths
 (``extra.attention_coverage``), so a table can check a claim such as "BigBird attends <= 50% of the keys".
 """
@@ -20,24 +20,23 @@ from typing import Any
 import torch
 
 from attnlab.attention.base import Attention
-from attnlab.attention.bigbird import bigbird_reference_allowed
 
 
-def sparse_modules(model: torch.nn.Module) -> list[torch.nn.Module]:
-    """The attention modules of ``model`` that carry a block plan."""
-    return [m for m in model.modules() if hasattr(m, "plan_for_length") and hasattr(m, "uses_dense")]
+def sparse_modules(model: torch.nn.Module) -> list[Attention]:
+    """The attention modules of ``model`` whose variant can attend sparsely (it overrides ``allowed_pairs``)."""
+    return [m for m in model.modules()
+            if isinstance(m, Attention) and type(m).allowed_pairs is not Attention.allowed_pairs]
 
 
-def attended_fraction(module: torch.nn.Module, length: int) -> float:
+def attended_fraction(module: Attention, length: int) -> float:
     """Share of the (query, key) pairs among ``length`` real tokens that ``module`` attends (see module doc)."""
     if length <= 0:
         raise ValueError(f"length must be positive, got {length}")
     causal = bool(getattr(module, "causal", False))
-    if module.uses_dense(length):
+    # (heads of the plan, length, length), or (length, length) for a pattern shared by every head; None: dense
+    allowed = module.allowed_pairs(length)
+    if allowed is None:
         return 1.0
-    with torch.no_grad():
-        # (heads of the plan, length, length), or (length, length) for a plan shared by every head
-        allowed = bigbird_reference_allowed(module.plan_for_length(length, torch.device("cpu")), length)
     pairs = length * (length + 1) // 2 if causal else length * length
     heads = allowed.numel() // (length * length)
     return int(allowed.sum()) / (pairs * heads)
@@ -57,7 +56,7 @@ def coverage_summary(model: torch.nn.Module, lengths: Iterable[int]) -> dict[str
         "attended_fraction_mean": sum(per_length[n] * c for n, c in counts.items()) / total,
         "attended_fraction_max": max(per_length.values()),
         "attended_fraction_min": min(per_length.values()),
-        "dense_fallback_share": sum(c for n, c in counts.items() if first.uses_dense(n)) / total,
+        "dense_fallback_share": sum(c for n, c in counts.items() if first.allowed_pairs(n) is None) / total,
         "lengths": _length_summary(counts),
         "block_size": int(getattr(first, "block_size", 0)) or None,
     }
