@@ -221,7 +221,7 @@ def bigbird_reference_allowed(plan: BlockSparsePlan, length: int) -> torch.Tenso
 class BigBirdAttention(Attention):
     """BigBird: each query block sees global blocks, a window of w blocks and r random blocks.
 
-    Decisions (SEMANTICS 17-22):
+    Decisions (design decisions 17-22, docs/design_decisions.md):
     17. Defaults: block 64, window 3, 2 global blocks (bidirectional: first and last), 3 random blocks.
         Random plans are per head and per layer (official ``bigbird_block_rand_mask_with_head``, HF): the
         buffer ``random_blocks`` (P, n_max, r) holds, for each plan head and query block of the

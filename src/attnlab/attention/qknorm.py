@@ -46,7 +46,7 @@ class QKNormOptions:
 class QKNormAttention(DotProductAttention):
     """softmax(g * q_hat k_hat^T) V with q_hat, k_hat unit vectors per head (Henry et al. 2020).
 
-    Decisions (SEMANTICS 23-26):
+    Decisions (design decisions 23-26, docs/design_decisions.md):
     - q and k are L2-normalised per head along head_dim, after projection and (for decoding) after the
       cache, so cached keys are stored unnormalised and normalised at use: same result, one code path.
     - One learnable scalar ``g`` per module, shared by all heads; there is no 1/sqrt(d_h).

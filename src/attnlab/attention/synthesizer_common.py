@@ -312,7 +312,7 @@ def build_component(name: str, module: Attention, options) -> SynthComponent:
 class SynthesizerAttention(Attention):
     """Synthesized attention: softmax(mask(sum_c w_c B_c)) V (Tay et al. 2020, eq. 1-9).
 
-    Decisions (SEMANTICS 1-9):
+    Decisions (design decisions 1-9, docs/design_decisions.md):
     1. Dense F maps d -> l_max = ``max_len`` and R is l_max x l_max per head; both are sliced to the
        actual lengths. Column j is absolute key position j, so only right padding is supported (the
        attnlab convention); a sequence longer than max_len raises AttentionError.

@@ -5,11 +5,11 @@ Registers two recurrences (the stack contract is in ``recurrence.py``):
 - ``ut``: the shared layer applied T = ``num_steps`` times; the coordinate embedding P^t (eq. 6-7)
   is added to the state before every step.
 - ``ut_act``: per-position adaptive computation time with tensor2tensor's
-  ``universal_transformer_act`` arithmetic (SEMANTICS 11), variables named as there:
+  ``universal_transformer_act`` arithmetic (design decision 11, docs/design_decisions.md), variables named as there:
   ``halting_probability``, ``remainders`` (R), ``n_updates`` (N), ``still_running``,
   ``new_halted``, ``update_weights``.
 
-Decisions (SEMANTICS 10-16; README "Universal Transformer" explains each option):
+Decisions (design decisions 10-16, docs/design_decisions.md; README "Universal Transformer" explains each option):
 
 - P^t = sinusoidal position + timestep signal, t = 1..T as in eq. 6-7 (T2T indexes steps from 0);
   ``timestep_embedding=learned`` is T2T's default.
@@ -25,9 +25,9 @@ Decisions (SEMANTICS 10-16; README "Universal Transformer" explains each option)
 - The halting unit and every ACT accumulator (p, halting probability, R, N, update weights and the
   weighted output) are float32 even under bf16 autocast: bf16's step near 1 (2^-8) is comparable to
   the 0.01 margin of the threshold.
-- The loop leaves as soon as no position runs, one host sync per step (SEMANTICS 15). Under
-  ``torch.compile`` that test is a graph break, not an error. In DDP training the "still running"
-  flag is max-reduced across ranks so every rank runs the same number of steps.
+- The loop leaves as soon as no position runs, one host sync per step (design decision 15,
+  docs/design_decisions.md). Under ``torch.compile`` that test is a graph break, not an error. In DDP training
+  the "still running" flag is max-reduced across ranks so every rank runs the same number of steps.
 """
 
 from __future__ import annotations
@@ -274,7 +274,7 @@ class _UniversalStack(nn.Module):
 
 
 class _ACTStack(_UniversalStack):
-    """Adaptive computation time over the shared layer (SEMANTICS 11-15)."""
+    """Adaptive computation time over the shared layer (design decisions 11-15, docs/design_decisions.md)."""
 
     def __init__(self, spec: LayerSpec, layer: nn.Module, num_layers: int, options: ACTOptions) -> None:
         max_steps = options.act_max_steps or 2 * num_layers
