@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from attnlab.tasks.base import DataError
 
 
 @dataclass
 class CommonTask:
+    # The model a task family trains: "decoder" (a causal LM), "encoder" (a classifier or masked LM, bidirectional)
+    # or "encoder_decoder"; the config check builds one attention layer per role of it. None: not checked.
+    model_layout: ClassVar[str | None] = None
+
     name: str
     family: str
     loader: str
@@ -22,6 +26,8 @@ class CommonTask:
 
 @dataclass
 class AlgorithmicTask(CommonTask):
+    model_layout: ClassVar[str | None] = "encoder_decoder"
+
     op: str = "copy"
     base: int = 10
     train_size: int = 0
@@ -34,6 +40,8 @@ class AlgorithmicTask(CommonTask):
 
 @dataclass
 class ListOpsTask(CommonTask):
+    model_layout: ClassVar[str | None] = "encoder"
+
     train_size: int = 0
     val_size: int = 0
     test_size: int = 0
@@ -45,6 +53,8 @@ class ListOpsTask(CommonTask):
 
 @dataclass
 class TextLMTask(CommonTask):
+    model_layout: ClassVar[str | None] = "decoder"
+
     source: str = "local"
     data_root: str = "data"
     files: dict = field(default_factory=dict)
@@ -65,6 +75,8 @@ class TextLMTask(CommonTask):
 
 @dataclass
 class MaskedLMTask(TextLMTask):
+    model_layout: ClassVar[str | None] = "encoder"
+
     # BERT masking (tasks/masked_lm.py): mask_prob of each block's tokens scored, 80/10/10 <mask>/random/kept.
     block_len: int = 512
     mask_prob: float = 0.15
@@ -78,6 +90,8 @@ class MaskedLMTask(TextLMTask):
 
 @dataclass
 class TranslationTask(CommonTask):
+    model_layout: ClassVar[str | None] = "encoder_decoder"
+
     src_lang: str = "en"
     tgt_lang: str = "de"
     data_root: str = "data"
@@ -99,6 +113,8 @@ class TranslationTask(CommonTask):
 
 @dataclass
 class Seq2SeqTextCommon(CommonTask):
+    model_layout: ClassVar[str | None] = "encoder_decoder"
+
     data_root: str = "data"
     source: str = "local"
     files: dict = field(default_factory=dict)
@@ -130,6 +146,8 @@ class DialogueTask(Seq2SeqTextCommon):
 
 @dataclass
 class BabiTask(CommonTask):
+    model_layout: ClassVar[str | None] = "encoder"
+
     data_root: str = "data"
     variant: str = "en"               # en (1k) | en-10k
     tasks: Any = "all"                # "all" or a list of task ids 1..20
@@ -142,6 +160,8 @@ class BabiTask(CommonTask):
 
 @dataclass
 class GlueTask(CommonTask):
+    model_layout: ClassVar[str | None] = "encoder"
+
     data_root: str = "data"
     source: str = "local"
     files: dict = field(default_factory=dict)       # {train, val, ...}: relative paths
@@ -172,6 +192,8 @@ class GlueTask(CommonTask):
 
 @dataclass
 class LambadaTask(CommonTask):
+    model_layout: ClassVar[str | None] = "decoder"
+
     data_root: str = "data"
     lm_files: dict = field(default_factory=dict)      # {train, val}: the LM corpus
     lm_corpus_name: str = ""
@@ -185,6 +207,8 @@ class LambadaTask(CommonTask):
 
 @dataclass
 class LteTask(CommonTask):
+    model_layout: ClassVar[str | None] = "encoder_decoder"
+
     variant: str = "program"          # program | control | addition | copy | double | reverse
     operations: Any = None            # program operations to draw from; null: the variant's own set
     length: int = 5                   # digits of the numbers (memorization: of the number to copy)
@@ -197,6 +221,8 @@ class LteTask(CommonTask):
 
 @dataclass
 class SvaTask(CommonTask):
+    model_layout: ClassVar[str | None] = "encoder"
+
     data_root: str = "data"
     source: str = "hub"               # hub | local
     files: dict = field(default_factory=dict)   # {all: tsv} (split by split_fractions) or {train, val, test}
@@ -215,6 +241,8 @@ class SvaTask(CommonTask):
 
 @dataclass
 class LraBytesTask(CommonTask):
+    model_layout: ClassVar[str | None] = "encoder"
+
     data_root: str = "data"
     source: str = "local"             # local | hub (lra_text only)
     format: str = "aclimdb"           # lra_text: aclimdb (Stanford release folders); lra_retrieval: aan_tsv
@@ -233,6 +261,8 @@ class LraBytesTask(CommonTask):
 
 @dataclass
 class SpanCorruptionTask(CommonTask):
+    model_layout: ClassVar[str | None] = "encoder_decoder"
+
     """T5 span-corruption pre-training (tasks/span_corruption.py)."""
 
     data_root: str = "data"
@@ -258,6 +288,8 @@ class SpanCorruptionTask(CommonTask):
 
 @dataclass
 class TextToTextTask(CommonTask):
+    model_layout: ClassVar[str | None] = "encoder_decoder"
+
     """GLUE / SuperGLUE tasks in T5's text-to-text form, one task or a mixture (tasks/text_to_text.py)."""
 
     data_root: str = "data"
@@ -278,6 +310,8 @@ class TextToTextTask(CommonTask):
 
 @dataclass
 class TranslationMixtureTask(CommonTask):
+    model_layout: ClassVar[str | None] = "encoder_decoder"
+
     """Several translation pairs trained together, T5-style prefixes (tasks/translation_mixture.py)."""
 
     data_root: str = "data"
@@ -295,6 +329,8 @@ class TranslationMixtureTask(CommonTask):
 
 @dataclass
 class ProbeTask(CommonTask):
+    model_layout: ClassVar[str | None] = "encoder"
+
     """Mechanism probes (tasks/probes.py): one generated token-tagging task per op."""
 
     op: str = "recall"                 # recall | copy | reverse | hops

@@ -220,12 +220,9 @@ SPLIT_SIZES = ("train_size", "val_size", "test_size")
 # Packages a logger needs (TensorBoardLogger accepts either), with the extra that installs them.
 LOGGER_PACKAGES = {"tensorboard": (("tensorboard", "tensorboardX"), "attnlab[tensorboard]"),
                    "wandb": (("wandb",), "wandb")}
-# Which attention roles a task family's model uses: language models are decoder-only (causal), classifiers
-# and masked LMs encoder-only (bidirectional), the rest encoder-decoder. Loaders not listed are not checked.
-LM_LOADERS = ("text_lm", "lambada")
-ENCODER_LOADERS = ("babi", "glue", "listops", "lra_text", "lra_retrieval", "sva", "masked_lm")
-SEQ2SEQ_LOADERS = ("algorithmic", "dialogue", "lte", "span_corruption", "summarization", "text_to_text",
-                   "translation")
+# The attention roles (causal, cross) of each model layout a task schema declares (tasks.schemas.CommonTask).
+LAYOUT_ROLES = {"decoder": [(True, False)], "encoder": [(False, False)],
+                "encoder_decoder": [(False, False), (True, False), (False, True)]}
 
 
 def resolved_view(cfg: DictConfig) -> DictConfig:
@@ -515,15 +512,10 @@ def _check_attention_builds(view: DictConfig) -> None:
 
     from attnlab.attention import AttentionError
     from attnlab.models.blocks import LayerSpec
+    from attnlab.tasks.schemas import _SCHEMAS
 
-    loader = view.task.get("loader")
-    roles: list[tuple[bool, bool]] = []   # (causal, cross)
-    if loader in LM_LOADERS:
-        roles = [(True, False)]
-    elif loader in ENCODER_LOADERS:
-        roles = [(False, False)]
-    elif loader in SEQ2SEQ_LOADERS:
-        roles = [(False, False), (True, False), (False, True)]
+    layout = getattr(_SCHEMAS.get(view.task.get("loader")), "model_layout", None)
+    roles: list[tuple[bool, bool]] = LAYOUT_ROLES.get(layout, [])   # (causal, cross)
     if not roles:
         return
     m = view.model
