@@ -113,6 +113,16 @@ class Attention(nn.Module):
             module.bind_layer(layer_index, run_seed)
 
     # -- helpers shared by variants -------------------------------------------------------------
+    @classmethod
+    def resolve_options(cls, options: dict[str, Any], *, run_seed: int, train_lengths: list[int]) -> dict[str, Any]:
+        """The variant's options with what only the run and its data know filled in, before the model is built
+        (the config hash is taken before, so a rerun finds its record). Here: a ``seed`` option left None takes
+        the run's seed (fixed random synthesizer matrices, BigBird's random blocks). A variant whose options
+        depend on the data overrides it (QKNorm's g0 from the training lengths)."""
+        if "seed" in options and options["seed"] is None:
+            options = {**options, "seed": int(run_seed)}
+        return options
+
     def allowed_pairs(self, length: int) -> torch.Tensor | None:
         """The (query, key) pairs this attention lets through among ``length`` real tokens, as a boolean mask of
         (length, length) or (heads, length, length); None where it attends densely (every key, or every earlier

@@ -60,6 +60,13 @@ class QKNormAttention(DotProductAttention):
     normalisation, as in the paper.
     """
 
+    @classmethod
+    def resolve_options(cls, options, *, run_seed, train_lengths):
+        options = super().resolve_options(options, run_seed=run_seed, train_lengths=train_lengths)
+        if options.get("train_length_p975") is None and train_lengths:  # the L of g0, from the run's data
+            options = {**options, "train_length_p975": length_p975(train_lengths)}
+        return options
+
     capabilities = Capabilities(causal=True, cross=True, incremental=True, bounded_length=False)
 
     def __init__(self, d_model, num_heads, *, options: QKNormOptions, **kw) -> None:

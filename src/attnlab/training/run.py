@@ -165,13 +165,11 @@ def model_config(cfg: DictConfig, task: TaskData) -> dict[str, Any]:
             f"the task needs sequences of length {longest_example(task)} but model.max_len={model['max_len']}; "
             f"raise model.max_len or shorten the task"
         )
-    attention = model["attention"]
-    if "seed" in attention and attention["seed"] is None:  # fixed random R: drawn from the run seed per layer
-        attention["seed"] = int(cfg.seed)
-    if "train_length_p975" in attention and attention["train_length_p975"] is None and task.train_lengths:
-        from attnlab.attention.qknorm import length_p975
+    from attnlab.attention.registry import get_entry
 
-        attention["train_length_p975"] = length_p975(task.train_lengths)
+    attention = model["attention"]
+    model["attention"] = get_entry(attention["name"]).cls.resolve_options(
+        attention, run_seed=int(cfg.seed), train_lengths=list(task.train_lengths))
     return model
 
 
