@@ -120,13 +120,16 @@ TINY_WIDTH = ["model.d_model=16", "model.num_heads=2", "model.d_ff=32", "model.e
 @pytest.mark.parametrize("table", gpu_tables())
 def test_each_gpu_protocol_trains_a_few_steps_at_tiny_width(table, tmp_path, monkeypatch):
     from attnlab.training.run import run
-    from tests.conftest import compose, require_shared_data
-    from tests.tasks.task_inventory import shrink
+    from tests.conftest import SHARED_DATA, compose, require_shared_data
+    from tests.tasks.task_inventory import data_needs, shrink
 
-    root = require_shared_data()
     monkeypatch.setenv("ATTNLAB_TOKENIZER_CACHE", str(tmp_path / "tokenizers"))
     experiment = _tiny_representative(table)
-    overrides = [f"experiment={experiment}", "scale=gpu", f"paths.data_root={root}", *TINY_WIDTH]
+    overrides = [f"experiment={experiment}", "scale=gpu", f"paths.data_root={SHARED_DATA}", *TINY_WIDTH]
+    task = OmegaConf.to_container(_config(experiment, "gpu").task, resolve=False)
+    needs = data_needs(task)
+    assert needs.kind != "hub", f"{experiment}: a one-GPU protocol must read local data, not {needs.hub}"
+    require_shared_data(*needs.files)  # the shared data folder is present in CI, absent in a user's clone
     block = preset_yaml(experiment)["at_scale"]["gpu"] or {}
     if "batch.tokens_per_update" in block:
         overrides.append("batch.tokens_per_update=256")
