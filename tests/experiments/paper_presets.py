@@ -86,13 +86,9 @@ def probe_dirs() -> list[str]:
 
 def gpu_presets() -> list[str]:
     """Every paper preset with a one-GPU protocol (a root ``at_scale.gpu`` block), sorted."""
-    found = []
-    for table in [*table_dirs(), *sorted(PIPELINE_DIRS)]:
-        for path in sorted((EXPERIMENT_CONF / table).glob("*.yaml")):
-            data = yaml.safe_load(path.read_text()) or {}
-            if "gpu" in (data.get("at_scale") or {}):
-                found.append(f"{table}/{path.stem}")
-    return found
+    from attnlab.results.gpu_estimate import gpu_protocol_experiments
+
+    return gpu_protocol_experiments(EXPERIMENT_CONF)
 
 
 def gpu_tables() -> list[str]:

@@ -31,7 +31,7 @@ import os
 import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 # The assumptions of every estimate, written beside them.
 PEAK_BF16 = 989.5e12  # H100 SXM / H200 dense bf16 datasheet FLOP/s (training.perf.PEAK_FLOPS)
@@ -43,6 +43,17 @@ _SIZE_CAPS = {"train_size": 4096, "val_size": 64, "test_size": 64, "max_train_ex
               "max_eval_examples": 64, "max_train_pairs": 20000}
 
 log = logging.getLogger("attnlab")
+
+
+class SampledLengths(NamedTuple):
+    """What a task's training examples look like to the FLOP count (``sample_lengths``)."""
+
+    kind: str  # seq2seq | lm | mlm | encoder (``flops_per_example``)
+    vocab: int
+    source: float  # mean non-padding tokens per example read by the encoder (or the only stack)
+    target: float  # mean tokens per example read by a decoder
+    mean_length: float  # mean ``train_lengths``: what a padded-token budget counts
+    predicted: float  # mean positions a masked LM projects onto the vocabulary
 
 
 @dataclass
@@ -100,9 +111,8 @@ def flops_per_example(model: dict[str, Any], kind: str, vocab: int, source: floa
     return flops, params
 
 
-def sample_lengths(task_cfg: dict[str, Any], seed: int = 1) -> tuple[str, int, float, float, float, float]:
-    """(model kind, vocabulary size, mean source tokens, mean target tokens, mean ``train_lengths``, mean predicted
-    positions of a masked LM) of the task's training examples, from ``SAMPLE_EXAMPLES`` spread over the split."""
+def sample_lengths(task_cfg: dict[str, Any], seed: int = 1) -> SampledLengths:
+    """The task's training examples as the FLOP count sees them, from ``SAMPLE_EXAMPLES`` spread over the split."""
     from attnlab.tasks.base import build_task
 
     cfg = dict(task_cfg)
@@ -121,16 +131,16 @@ def sample_lengths(task_cfg: dict[str, Any], seed: int = 1) -> tuple[str, int, f
     lengths = task.train_lengths or [0]
     mean_length = sum(lengths) / len(lengths)
     if task.kind == "seq2seq":
-        return "seq2seq", task.vocab_size, mean_tokens("src"), mean_tokens("tgt_in"), mean_length, 0.0
+        return SampledLengths("seq2seq", task.vocab_size, mean_tokens("src"), mean_tokens("tgt_in"), mean_length, 0.0)
     if task.kind == "lm":
-        return "lm", task.vocab_size, 0.0, mean_tokens("ids"), mean_length, 0.0
+        return SampledLengths("lm", task.vocab_size, 0.0, mean_tokens("ids"), mean_length, 0.0)
     if task.kind == "mlm":
         predicted = float(batch["scored"].sum()) / len(picks)
-        return "mlm", task.vocab_size, mean_tokens("ids"), 0.0, mean_length, predicted
-    return "encoder", task.vocab_size, mean_tokens("ids"), 0.0, mean_length, 0.0
+        return SampledLengths("mlm", task.vocab_size, mean_tokens("ids"), 0.0, mean_length, predicted)
+    return SampledLengths("encoder", task.vocab_size, mean_tokens("ids"), 0.0, mean_length, 0.0)
 
 
-def estimate_row(experiment: str, cfg: dict[str, Any], sampled: tuple[str, int, float, float, float, float], *,
+def estimate_row(experiment: str, cfg: dict[str, Any], sampled: SampledLengths | tuple, *,
                  mfu: float = DEFAULT_MFU, step_floor_s: float = DEFAULT_STEP_FLOOR_S,
                  peak: float = PEAK_BF16) -> RowEstimate:
     kind, vocab, source, target, mean_length, predicted = sampled
@@ -185,7 +195,7 @@ def gpu_protocol_experiments(conf_dir: Path) -> list[str]:
 def estimate_all(experiments: list[str], data_root: str | None, *, mfu: float = DEFAULT_MFU,
                  step_floor_s: float = DEFAULT_STEP_FLOOR_S) -> dict[str, Any]:
     configs = gpu_configs(experiments, data_root)
-    sampled: dict[str, tuple] = {}
+    sampled: dict[str, SampledLengths] = {}
     rows = {}
     for experiment, cfg in configs.items():
         key = json.dumps(cfg["task"], sort_keys=True, default=str)

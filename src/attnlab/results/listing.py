@@ -173,11 +173,12 @@ def estimate(
         return "not measured (no table spec)"
     at_once = f" with {jobs} runs at once" if jobs > 1 else ""
     text = f"~{fmt_duration(total / max(jobs, 1))}{at_once} ({'; '.join(parts)})" if parts else ""
-    if unmeasured:
-        text += ("; " if text else "") + f"not measured: {', '.join(unmeasured)}"
-    if no_laptop:
-        text += ("; " if text else "") + f"no laptop protocol (see the spec): {', '.join(no_laptop)}"
-    return text
+    return _with_notes(text, ("not measured", unmeasured), ("no laptop protocol (see the spec)", no_laptop))
+
+
+def _with_notes(text: str, *notes: tuple[str, list[str]]) -> str:
+    """``text``, then "; <label>: a, b" for each note that lists something."""
+    return "; ".join([text] * bool(text) + [f"{label}: {', '.join(items)}" for label, items in notes if items])
 
 
 def _spec_experiments(spec: TableSpec) -> set[str]:
@@ -221,11 +222,7 @@ def estimate_gpu(target: Target, seeds: list[int], estimates: dict[str, Any]) ->
             parts.append(f"{spec.name}: {runs} runs x {seconds / runs / 60:.0f} min estimated from FLOPs{bound}")
         total += seconds
     text = f"~{total / 3600:.1f} GPU-h ({'; '.join(parts)})" if parts else ""
-    if missing:
-        text += ("; " if text else "") + f"not estimated: {', '.join(missing)}"
-    if none:
-        text += ("; " if text else "") + f"no one-GPU protocol (see the spec): {', '.join(none)}"
-    return text
+    return _with_notes(text, ("not estimated", missing), ("no one-GPU protocol (see the spec)", none))
 
 
 def render_listing(targets: list[Target], seeds: str, jobs: int = 1,

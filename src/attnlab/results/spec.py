@@ -429,35 +429,37 @@ def _trivial(data: Any, is_mean: bool, where: str) -> TrivialSpec | None:
     return TrivialSpec(margin=float(margin), baseline=name)
 
 
+def _protocol_block(data: Any, w: str, keys: set[str], later: str) -> float | None:
+    """Check a ``laptop:`` / ``gpu:`` block (a mapping with ``protocol`` and only ``keys``); its ``per_run_s``."""
+    if not isinstance(data, Mapping) or not data.get("protocol"):
+        raise SpecError(f"{w}: needs a mapping with 'protocol' ({later})")
+    _unknown(w, data, keys)
+    per_run = data.get("per_run_s")
+    if per_run is not None and (isinstance(per_run, bool) or not isinstance(per_run, (int, float)) or per_run <= 0):
+        raise SpecError(f"{w}: per_run_s must be a measured number of seconds > 0, or absent")
+    return None if per_run is None else float(per_run)
+
+
 def _laptop(data: Any, where: str) -> LaptopSpec | None:
     if data is None:
         return None
     w = f"{where}: laptop"
-    if not isinstance(data, Mapping) or not data.get("protocol"):
-        raise SpecError(f"{w}: needs a mapping with 'protocol' (and per_run_s, runs once measured)")
-    _unknown(w, data, _LAPTOP_KEYS)
-    per_run, runs = data.get("per_run_s"), data.get("runs")
-    if per_run is not None and (isinstance(per_run, bool) or not isinstance(per_run, (int, float)) or per_run <= 0):
-        raise SpecError(f"{w}: per_run_s must be a measured number of seconds > 0, or absent")
+    per_run = _protocol_block(data, w, _LAPTOP_KEYS, "and per_run_s, runs once measured")
+    runs = data.get("runs")
     if runs is not None and (isinstance(runs, bool) or not isinstance(runs, int) or runs <= 0):
         raise SpecError(f"{w}: runs must be a whole number > 0, or absent")
-    return LaptopSpec(protocol=str(data["protocol"]), per_run_s=None if per_run is None else float(per_run), runs=runs)
+    return LaptopSpec(protocol=str(data["protocol"]), per_run_s=per_run, runs=runs)
 
 
 def _gpu(data: Any, where: str) -> GpuSpec | None:
     if data is None:
         return None
     w = f"{where}: gpu"
-    if not isinstance(data, Mapping) or not data.get("protocol"):
-        raise SpecError(f"{w}: needs a mapping with 'protocol' (and per_run_s with device once measured on a GPU)")
-    _unknown(w, data, _GPU_KEYS)
-    per_run, device = data.get("per_run_s"), data.get("device")
-    if per_run is not None and (isinstance(per_run, bool) or not isinstance(per_run, (int, float)) or per_run <= 0):
-        raise SpecError(f"{w}: per_run_s must be a measured number of seconds > 0, or absent")
+    per_run = _protocol_block(data, w, _GPU_KEYS, "and per_run_s with device once measured on a GPU")
+    device = data.get("device")
     if (per_run is None) != (device is None):
         raise SpecError(f"{w}: per_run_s and device go together (the seconds, and the GPU, torch and CUDA behind them)")
-    return GpuSpec(protocol=str(data["protocol"]), per_run_s=None if per_run is None else float(per_run),
-                   device=None if device is None else str(device))
+    return GpuSpec(protocol=str(data["protocol"]), per_run_s=per_run, device=None if device is None else str(device))
 
 
 def _flat_labels(items: Any) -> str:
