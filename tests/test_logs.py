@@ -93,8 +93,9 @@ def test_attnlab_eval_prints_each_line_once_and_no_advert(limit_run):
     assert len(lines) == len(set(lines)), lines
     text = "\n".join(lines)
     assert "Tip" not in text and "litlogger" not in text and "GPU available" not in text, text
-    printed = out.stdout.splitlines()
-    assert printed[0].startswith("evaluated ") and any(ln.startswith("written: ") for ln in printed)
+    printed = out.stdout.splitlines()  # progress, then the result (stderr is kept for a refusal's one line)
+    assert any(ln.startswith("loading data: ") for ln in printed), out.stdout
+    assert any(ln.startswith("evaluated ") for ln in printed) and any(ln.startswith("written: ") for ln in printed)
 
 
 @pytest.mark.skipif(shutil.which("make") is None, reason="needs make")

@@ -68,6 +68,9 @@ CASES = [
     ("eval", ["{empty}"], "has no checkpoints/last.ckpt", False),
     ("eval", [], "give a run folder or a checkpoint", False),
     ("eval", ["{run}", "which=worst"], "which='worst'", False),
+    # the run's weights under another model: a subprocess, so the progress lines are seen to stay off stderr
+    ("eval", ["{run}", "model.d_ff=96"], "checkpoints/last.ckpt does not match this model: ", True),
+    ("eval", ["{run}", "model=transformer_small"], "not a whole config group", False),
     # run records that do not parse
     ("table", ["table=summary", "runs={corrupt_runs}"], "corrupt run record", True),
 ]

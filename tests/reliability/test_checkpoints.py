@@ -126,7 +126,7 @@ def test_signal_saves_stops_and_resume_matches_uninterrupted(step, signum, refer
         _run(tmp_path, callbacks=[_SignalAt(step, signum)])
     assert info.value.step == step and info.value.checkpoint == str(tmp_path / "checkpoints" / LAST)
     interrupted = read_record(tmp_path / "results.json")
-    assert interrupted["status"] == "running" and interrupted["extra"]["preempted"]["step"] == step
+    assert interrupted["status"] == "interrupted" and interrupted["extra"]["preempted"]["step"] == step
     assert validate_record(interrupted) == []
     assert torch.load(tmp_path / "checkpoints" / LAST, weights_only=True)["global_step"] == step
 

@@ -81,7 +81,7 @@ def test_killed_and_resumed_run_matches_an_uninterrupted_one(signum, trial, refe
     if signum == signal.SIGTERM:
         assert code == 128 + signal.SIGTERM, err[-3000:]
         assert "stopped by SIGTERM at step" in err and "Traceback" not in err, err[-3000:]
-        assert json.loads((run_dir / "results.json").read_text())["status"] == "running"
+        assert json.loads((run_dir / "results.json").read_text())["status"] == "interrupted"
     else:
         assert code == -signal.SIGKILL
     assert not list((run_dir / "checkpoints").glob("*.tmp-*")) or signum == signal.SIGKILL

@@ -230,7 +230,7 @@ def test_ctrl_c_writes_an_interrupted_record_and_says_how_to_resume(tmp_path, mo
     assert "interrupted (Ctrl-C) at step 3" in line and "rerun the same command to resume" in line, line
     record = read_record(run_dir / "results.json")
     assert validate_record(record) == []
-    assert record["status"] == "running"
+    assert record["status"] == "interrupted"
     assert record["extra"]["interrupted"]["step"] == 3
     assert record["extra"]["interrupted"]["checkpoint"].endswith(LAST)
     train_main([*SHORT, f"hydra.run.dir={run_dir}"])  # the rerun resumes and completes

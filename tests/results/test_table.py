@@ -99,6 +99,16 @@ def test_failed_seed_beside_completed_ones_and_superseded_duplicates(workspace, 
     assert "superseded by a newer or better record" in md
 
 
+def test_unfinished_seeds_are_named_by_their_status(workspace, put_record):
+    put_record("a", seed=0)
+    put_record("b", seed=1, status="interrupted", **{"metrics.final": {}})
+    put_record("c", seed=2, status="running", **{"metrics.final": {}})
+    put_record("d", seed=0, status="interrupted", **{"model.recurrence": "ut", "metrics.final": {}})
+    md = render_markdown(_build(workspace))
+    assert _md_row(md, "Transformer")[2] == "50.00 (n=1) [+1 running, +1 interrupted]"
+    assert _md_row(md, "UT")[2] == "interrupted"  # stopped on a signal, resumable: not "running"
+
+
 def test_null_metric_in_record_is_not_a_number(workspace, put_record):
     put_record("a", seed=0, **{"metrics.final": {"test/seq_acc": None, "test/char_acc": 0.5}})
     put_record("b", seed=1, **{"metrics.final": {"test/seq_acc": 0.75, "test/char_acc": 0.5}})

@@ -21,11 +21,11 @@ def test_bpe_round_trip_cache_and_unk_escape(tmp_path):
     detok = Detokenizer(tok)
     ids = encode_all(tok, TEXT)
     assert [detok(i) for i in ids] == TEXT  # Metaspace decoding restores the text exactly
-    assert len(list(tmp_path.glob("bpe-*.json"))) == 1
+    assert len(list(tmp_path.glob("bpe-*.tokenizer"))) == 1
     again = build_tokenizer("bpe", TEXT * 5, vocab_size=120, min_frequency=1, cache_dir=tmp_path)
     assert again.to_str() == tok.to_str()
     build_tokenizer("bpe", TEXT * 5, vocab_size=100, min_frequency=1, cache_dir=tmp_path)
-    assert len(list(tmp_path.glob("bpe-*.json"))) == 2  # another setting, another entry
+    assert len(list(tmp_path.glob("bpe-*.tokenizer"))) == 2  # another setting, another entry
     unk = encode_all(tok, ["Ein Zebra"])[0]
     assert 3 in unk and UNK_ESCAPE in detok(unk)
     assert detok([*ids[0], 2, 5, 6]) == TEXT[0]  # stops at </s>

@@ -105,9 +105,13 @@ def load_run_config(run_dir: Path, overrides: list[str]):
         cfg.paths.run_id = run_dir.name
         for item in overrides:
             key, value = item.split("=", 1)
-            if OmegaConf.select(cfg, key.lstrip("+"), default="__missing__") == "__missing__" \
-                    and not key.startswith("+"):
+            current = OmegaConf.select(cfg, key.lstrip("+"), default="__missing__")
+            if current == "__missing__" and not key.startswith("+"):
                 raise EvalError(f"unknown key '{key}' (misspelled?)")
+            if OmegaConf.is_config(current):
+                raise EvalError(f"{item}: attnlab-eval overrides single keys of the run's saved config (e.g. "
+                                f"{key}.<key>=value), not a whole config group; the weights were trained for the "
+                                f"run's {key}")
             OmegaConf.update(cfg, key.lstrip("+"), _parse_value(value), merge=True, force_add=True)
     apply_scale(cfg, [*started_with, *overrides])
     validate(cfg)
@@ -139,7 +143,7 @@ def evaluate(path: Path, which: str = "last", overrides: list[str] | None = None
     L.seed_everything(int(cfg.seed), workers=True, verbose=False)
     task = build_task_data(cfg)
     module = build_module(cfg, task)
-    init_weights_from(module, ckpt_path)
+    init_weights_from(module, ckpt_path, role="checkpoint ")
     datamodule = build_datamodule(cfg, task)
     trainer = L.Trainer(accelerator=cfg.hardware.accelerator, devices=1, precision=cfg.hardware.precision,
                         logger=False, enable_checkpointing=False, enable_progress_bar=False,
@@ -167,7 +171,8 @@ def evaluate(path: Path, which: str = "last", overrides: list[str] | None = None
 
 def main(argv: list[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    # Progress goes to stdout, so that a refusal is the one line on stderr (as attnlab-train's console).
+    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stdout)
     os.environ.setdefault("HYDRA_FULL_ERROR", "0")
     try:
         path, which, overrides = parse_args(argv)

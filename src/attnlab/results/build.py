@@ -19,6 +19,7 @@ from attnlab.results.configs import config_groups, differing_keys
 from attnlab.results.errors import TableError
 from attnlab.results.loading import Corrupt, Loaded
 from attnlab.results.paper import NOT_FOUND, PaperTable, PaperTables, PaperTablesError
+from attnlab.results.record import UNFINISHED
 from attnlab.results.spec import PROBE_PREFIX, MetricSpec, RowSpec, TableSpec
 from attnlab.results.stats import Stat, summarize
 
@@ -48,7 +49,7 @@ def matches(record: Mapping[str, Any], filters: Mapping[str, Any]) -> bool:
 
 @dataclass
 class Cell:
-    kind: str  # ok | missing | failed | running | corrupt
+    kind: str  # ok | missing | failed | running | interrupted | corrupt
     stat: Stat | None = None
     note: str = ""  # e.g. "+1 failed" beside a number, or the failure reason
     values: list[float] = field(default_factory=list)  # one per seed behind ``stat`` (what claims test)
@@ -67,7 +68,7 @@ class RowResult:
     spec: RowSpec
     used: list[Loaded]  # completed records behind the numbers, one per seed
     failed: list[Loaded]
-    running: list[Loaded]
+    unfinished: list[Loaded]  # running, or interrupted and resumable
     superseded: list[Loaded]  # older or failed records of a seed that has a better one
     corrupt: list[Corrupt]
     cells: list[Cell]
@@ -99,11 +100,11 @@ class BuiltTable:
         return self.has_paper and any(c.at_paper_scale for r in self.rows for c in r.cells)
 
 
-_STATUS_RANK = {"completed": 0, "running": 1, "failed": 2}
+_STATUS_RANK = {"completed": 0, "running": 1, "interrupted": 1, "failed": 2}
 
 
 def _pick_per_seed(records: list[Loaded], also_by: Sequence[str] = ()) -> tuple[list[Loaded], list[Loaded]]:
-    """One record per seed (completed before running before failed, then the newest); the rest superseded.
+    """One record per seed (completed before unfinished before failed, then the newest); the rest superseded.
 
     ``also_by``: further fields that tell runs of one row apart (the columns' match keys, e.g. task).
     """
@@ -232,7 +233,7 @@ def build_table(
             mine_m = [r for r in chosen if matches(r.data, m.match)]
             used = [r for r in mine_m if r.data.get("status") == "completed"]
             failed = [r for r in mine_m if r.data.get("status") == "failed"]
-            running = [r for r in mine_m if r.data.get("status") == "running"]
+            unfinished = [r for r in mine_m if r.data.get("status") in UNFINISHED]
             _refuse_mixed_configs(spec, row, m, used)
             scored = [(r, metric_value(r, m)) for r in used]
             per_seed[m.label] = {r.data.get("seed"): v for r, v in scored if v is not None}
@@ -240,8 +241,9 @@ def build_table(
             extras = []
             if failed:
                 extras.append(f"+{len(failed)} failed")
-            if running:
-                extras.append(f"+{len(running)} running")
+            for status in UNFINISHED:
+                if count := sum(r.data.get("status") == status for r in unfinished):
+                    extras.append(f"+{count} {status}")
             if bad:
                 extras.append(f"+{len(bad)} corrupt")
             if len(values) < len(used):
@@ -251,8 +253,8 @@ def build_table(
                 cells.append(Cell("ok", summarize(values), ", ".join(extras), values, at_paper))
             elif failed:
                 cells.append(Cell("failed", note=one_line(failed[0].data.get("error") or "no reason recorded")))
-            elif running:
-                cells.append(Cell("running"))
+            elif unfinished:
+                cells.append(Cell(unfinished[0].data["status"]))
             elif bad:
                 cells.append(Cell("corrupt"))
             else:
@@ -264,7 +266,7 @@ def build_table(
                 spec=row,
                 used=used,
                 failed=[r for r in chosen if r.data.get("status") == "failed"],
-                running=[r for r in chosen if r.data.get("status") == "running"],
+                unfinished=[r for r in chosen if r.data.get("status") in UNFINISHED],
                 superseded=superseded,
                 corrupt=bad,
                 cells=cells,

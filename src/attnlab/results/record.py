@@ -28,7 +28,10 @@ from typing import Any
 
 SCHEMA_VERSION = 1
 RECORD_FILENAME = "results.json"
-STATUSES = ("completed", "failed", "running")
+# running: the process is (or was, if it was killed outright) training; interrupted: it stopped on a signal or
+# Ctrl-C after saving, and the same command resumes it.
+STATUSES = ("completed", "failed", "running", "interrupted")
+UNFINISHED = ("running", "interrupted")
 SCALES = ("cpu", "gpu", "paper")
 
 

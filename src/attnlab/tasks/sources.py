@@ -167,6 +167,63 @@ def hf_offline() -> bool:
                for k in ("HF_DATASETS_OFFLINE", "HF_HUB_OFFLINE"))
 
 
+HUB_PROBE_TIMEOUT_S = 3.0
+_HUB_REACHABLE: dict[str, bool] = {}
+
+
+def hub_reachable(timeout: float = HUB_PROBE_TIMEOUT_S) -> bool:
+    """Whether a TCP connection to the hub endpoint (``HF_ENDPOINT``, default huggingface.co:443) opens within
+    ``timeout`` seconds. Without network, ``datasets`` retries each request with back-off for about 30 s and
+    prints a dozen lines before it fails; this answers in at most ``timeout``. Proxied machines (HTTPS_PROXY)
+    are not probed: the proxy, not a direct connection, decides there."""
+    import threading
+    from urllib.parse import urlparse
+
+    if any(os.environ.get(k) for k in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")):
+        return True
+    url = urlparse(os.environ.get("HF_ENDPOINT") or "https://huggingface.co")
+    host, port = url.hostname or "huggingface.co", url.port or (80 if url.scheme == "http" else 443)
+    if host in _HUB_REACHABLE:
+        return _HUB_REACHABLE[host]
+    answer: list[bool] = []
+
+    def connect() -> None:  # in a thread: name resolution itself can hang, and no socket timeout bounds it
+        import socket
+
+        try:
+            socket.create_connection((host, port), timeout=timeout).close()
+            answer.append(True)
+        except OSError:
+            answer.append(False)
+
+    probe = threading.Thread(target=connect, daemon=True)
+    probe.start()
+    probe.join(timeout)
+    _HUB_REACHABLE[host] = bool(answer and answer[0])
+    return _HUB_REACHABLE[host]
+
+
+def go_offline_if_unreachable(hub_id: str, name: str, local_hint: str, *, streamed: bool = False) -> None:
+    """Before ``datasets`` touches the network: refuse at once (one line) when the hub cannot be reached and
+    nothing can come from the cache; when the cache may hold the dataset, switch ``datasets`` to its offline
+    mode so that it reads the cache without a round of retries (said once in the log)."""
+    if hf_offline() or hub_reachable():
+        return
+    why = ConnectionError(f"no connection to {os.environ.get('HF_ENDPOINT') or 'https://huggingface.co'} "
+                          f"within {HUB_PROBE_TIMEOUT_S:g} s")
+    if streamed or not maybe_cached(hub_id):
+        raise hub_error(name, why, local_hint, streamed=streamed)
+    log.info("data: the hub is unreachable (%s); reading %s from the local Hugging Face cache only", why, name)
+    os.environ["HF_DATASETS_OFFLINE"] = os.environ["HF_HUB_OFFLINE"] = "1"
+    if "datasets" in sys.modules:  # imported already: its configuration read the environment at import
+        import datasets
+        import huggingface_hub
+
+        datasets.config.HF_DATASETS_OFFLINE = True
+        datasets.config.HF_HUB_OFFLINE = True
+        huggingface_hub.constants.HF_HUB_OFFLINE = True
+
+
 def _cache_folders() -> list[Path]:
     """The Arrow cache of ``datasets`` and the hub's file cache, resolved as the two libraries do."""
     if "datasets" in sys.modules:  # already imported: ask it (its config may differ from the environment)
@@ -201,6 +258,7 @@ def load_hub_dataset(hub_id: str, config: str | None, *, local_hint: str):
     name = f"{hub_id}{'/' + config if config else ''}"
     if hf_offline() and not maybe_cached(hub_id):
         raise hub_error(name, ConnectionError("offline"), local_hint)
+    go_offline_if_unreachable(hub_id, name, local_hint)
     import datasets
 
     try:

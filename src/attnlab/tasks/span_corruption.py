@@ -46,8 +46,17 @@ from torch.utils.data import Dataset
 
 from attnlab.tasks.base import DataError, TaskData, register_task_family
 from attnlab.tasks.batching import IndexedSeq2SeqCollate
-from attnlab.tasks.sources import HUB_ERRORS, find_file, hf_offline, hub_error, read_lines, resolve_data_root
-from attnlab.tasks.tokenization import Detokenizer, build_tokenizer, default_cache_dir
+from attnlab.tasks.disk_cache import write_entry
+from attnlab.tasks.sources import (
+    HUB_ERRORS,
+    find_file,
+    go_offline_if_unreachable,
+    hf_offline,
+    hub_error,
+    read_lines,
+    resolve_data_root,
+)
+from attnlab.tasks.tokenization import Detokenizer, build_tokenizer, default_cache_dir, load_cached_tokenizer
 from attnlab.tasks.vocab import Vocab
 
 log = logging.getLogger("attnlab")
@@ -179,6 +188,7 @@ def read_documents(spec: dict[str, Any], split: str, data_root: str | os.PathLik
     # Streamed (C4 is too big to download whole), so there is no local cache to fall back on offline.
     if hf_offline():
         raise hub_error(name, ConnectionError("offline"), local_hint, streamed=True)
+    go_offline_if_unreachable(hub_id, name, local_hint, streamed=True)
     import datasets
 
     hub_split = (spec.get("hub_splits") or {}).get(split, split)
@@ -268,15 +278,10 @@ def shared_vocabulary(cfg: dict[str, Any], *, data_root: str | os.PathLike,
     extra_text = format_words()
     key = vocabulary_key(cfg, data_root, extra_text)
     folder = Path(cache_dir).expanduser() if cache_dir else default_cache_dir()
-    path = folder / f"t5vocab-{key}.json"
+    path = folder / f"t5vocab-{key}.tokenizer"
     count = int(cfg["sentinels"])
     sentinels = [SENTINEL.format(i) for i in range(count)]
-    tok = None
-    if path.is_file():
-        try:
-            tok = Tokenizer.from_file(str(path))
-        except Exception:  # noqa: BLE001 - a corrupt cache entry is rebuilt, never trusted
-            tok = None
+    tok = load_cached_tokenizer(path)  # the two tasks of a pipeline may build it at the same time: atomic
     if tok is None:
         corpus = cfg.get("corpus") or {}
         hint = ("the vocabulary's corpus is hub-only: at scale=cpu the T5-style tasks learn it on local WikiText-2 "
@@ -287,13 +292,7 @@ def shared_vocabulary(cfg: dict[str, Any], *, data_root: str | os.PathLike,
                               lowercase=bool(cfg.get("lowercase", False)),
                               min_frequency=int(cfg.get("min_frequency", 2)), cache_dir=cache_dir)
         tok.add_special_tokens(sentinels)
-        try:
-            folder.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_suffix(f".tmp{os.getpid()}")
-            tok.save(str(tmp))
-            os.replace(tmp, path)  # atomic: the two tasks of a pipeline may build it at the same time
-        except OSError:
-            pass  # a read-only cache only costs rebuilding next time
+        write_entry(path, tok.to_str().encode("utf-8"))
     ids = [tok.token_to_id(s) for s in sentinels]
     if None in ids or ids != list(range(ids[0], ids[0] + count)):
         raise DataError(f"vocabulary file {path} lacks the {count} sentinel tokens in order; delete it to rebuild")

@@ -11,6 +11,7 @@ tokenizer and the text, so a second run of a task does not tokenize its data aga
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import logging
 import os
@@ -24,6 +25,7 @@ import numpy as np
 from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
 from attnlab.tasks.base import DataError
+from attnlab.tasks.disk_cache import read_entry, write_entry
 from attnlab.tasks.vocab import SPECIALS
 
 log = logging.getLogger(__name__)
@@ -97,14 +99,11 @@ def build_tokenizer(kind: str, texts: Sequence[str], *, vocab_size: int, lowerca
         raise DataError("cannot train a tokenizer on an empty training split")
     settings = {"vocab_size": vocab_size, "lowercase": lowercase, "min_frequency": min_frequency, "v": 1}
     folder = Path(cache_dir).expanduser() if cache_dir else default_cache_dir()
-    path = folder / f"{kind}-{cache_key(kind, texts, settings)}.json"
-    if path.is_file():
-        try:
-            tok = Tokenizer.from_file(str(path))
-            log.info("tokenizer: %s loaded from the cache %s", kind, path)
-            return tok
-        except Exception:  # noqa: BLE001 - a corrupt cache entry is retrained, never trusted
-            pass
+    path = folder / f"{kind}-{cache_key(kind, texts, settings)}.tokenizer"
+    tok = load_cached_tokenizer(path)
+    if tok is not None:
+        log.info("tokenizer: %s loaded from the cache %s", kind, path)
+        return tok
     log.info("training a %s tokenizer (vocabulary %d) on %d lines ...", kind, vocab_size, len(texts))
     started = time.monotonic()
     tok = _train(kind, texts, vocab_size, lowercase, min_frequency)
@@ -113,14 +112,20 @@ def build_tokenizer(kind: str, texts: Sequence[str], *, vocab_size: int, lowerca
     for i, special in enumerate(SPECIALS):
         if tok.token_to_id(special) != i:
             raise DataError(f"tokenizer put {special} at id {tok.token_to_id(special)}, expected {i}")
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".tmp{os.getpid()}")
-        tok.save(str(tmp))
-        os.replace(tmp, path)  # atomic: concurrent runs never read half a file
-    except OSError:
-        pass  # a read-only cache only costs retraining next time
+    write_entry(path, tok.to_str().encode("utf-8"))
     return tok
+
+
+def load_cached_tokenizer(path: Path) -> Tokenizer | None:
+    """The tokenizer cached at ``path``, or None when there is none or it is damaged (then it is rebuilt)."""
+    payload = read_entry(path)
+    if payload is None:
+        return None
+    try:
+        return Tokenizer.from_str(payload.decode("utf-8"))
+    except Exception:  # noqa: BLE001 - an entry whose checksum holds but that tokenizers rejects: rebuild it
+        log.warning("cache: %s is not a tokenizer this version of tokenizers reads; rebuilding it", path)
+        return None
 
 
 class Detokenizer:
@@ -177,24 +182,21 @@ def encode_all(tok: Tokenizer, texts: Sequence[str], *, cache_dir: str | os.Path
     if not cache or not texts:
         return _encode(tok, texts)
     folder = (Path(cache_dir).expanduser() if cache_dir else default_cache_dir()) / "encoded"
-    path = folder / f"{encoded_key(tok, texts)}.npz"
-    if path.is_file():
+    path = folder / f"{encoded_key(tok, texts)}.ids"
+    payload = read_entry(path)
+    if payload is not None:
         try:
-            with np.load(path) as stored:
+            with np.load(io.BytesIO(payload)) as stored:
                 flat, offsets = stored["ids"].tolist(), stored["offsets"].tolist()
             if len(offsets) == len(texts) + 1:
                 return [flat[a:b] for a, b in zip(offsets[:-1], offsets[1:])]
-        except Exception:  # noqa: BLE001 - a corrupt cache entry is re-encoded, never trusted
+        except Exception:  # noqa: BLE001 - an entry whose checksum holds but numpy cannot read: re-encode
             pass
+        log.warning("cache: %s does not hold the ids of these %d texts; encoding them again", path, len(texts))
     ids = _encode(tok, texts)
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        offsets = np.cumsum([0] + [len(x) for x in ids], dtype=np.int64)
-        flat = np.fromiter((i for x in ids for i in x), dtype=np.int32, count=int(offsets[-1]))
-        tmp = folder / f".{path.name}.tmp{os.getpid()}"
-        with tmp.open("wb") as f:
-            np.savez(f, ids=flat, offsets=offsets)
-        os.replace(tmp, path)  # atomic: concurrent runs never read half a file
-    except OSError:
-        pass  # a read-only cache only costs encoding again next time
+    offsets = np.cumsum([0] + [len(x) for x in ids], dtype=np.int64)
+    flat = np.fromiter((i for x in ids for i in x), dtype=np.int32, count=int(offsets[-1]))
+    buffer = io.BytesIO()
+    np.savez(buffer, ids=flat, offsets=offsets)
+    write_entry(path, buffer.getvalue())
     return ids

@@ -163,19 +163,21 @@ def model_weights(ckpt: dict[str, Any], path: str | os.PathLike) -> dict[str, to
     return state
 
 
-def init_weights_from(module: torch.nn.Module, path: str | os.PathLike) -> None:
-    """Copy weights from a checkpoint into ``module`` (all keys, same shapes); nothing else is restored."""
+def init_weights_from(module: torch.nn.Module, path: str | os.PathLike, *, role: str = "init_from=") -> None:
+    """Copy weights from a checkpoint into ``module`` (all keys, same shapes); nothing else is restored.
+
+    ``role`` names the file in a refusal as the user gave it (``init_from=<path>``, or ``checkpoint <path>``)."""
     state = model_weights(load_checkpoint_file(path), path)
     own = module.state_dict()
     missing = sorted(set(own) - set(state))
     unexpected = sorted(set(state) - set(own))
     if missing or unexpected:
         which = f"missing {missing[0]}" if missing else f"unexpected {unexpected[0]}"
-        raise CheckpointError(f"init_from={path} does not match this model ({which}, "
+        raise CheckpointError(f"{role}{path} does not match this model ({which}, "
                               f"{len(missing)} missing, {len(unexpected)} unexpected keys)")
     for key, value in state.items():
         if value.shape != own[key].shape:
-            raise CheckpointError(f"init_from={path} does not match this model: {key} has shape "
+            raise CheckpointError(f"{role}{path} does not match this model: {key} has shape "
                                   f"{tuple(value.shape)}, the model needs {tuple(own[key].shape)}")
     module.load_state_dict(state, strict=True)
 

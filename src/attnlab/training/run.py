@@ -682,11 +682,11 @@ def _attention_coverage(module: TaskModule, task: TaskData) -> dict[str, Any]:
 
 def _write_interrupted_record(cfg, run_dir, command, trainer, module, callbacks, task, started,
                               exc: Preempted, config_hash: str | None) -> None:
-    """A ``running`` record: the run is unfinished, its checkpoint is on disk, and a rerun resumes it
+    """An ``interrupted`` record: the run is unfinished, its checkpoint is on disk, and a rerun resumes it
     (``extra.interrupted`` for Ctrl-C, ``extra.preempted`` for a stop signal)."""
     if not trainer.is_global_zero:
         return
-    record = _record(cfg, run_dir, command, trainer, module, callbacks, task, started, status="running",
+    record = _record(cfg, run_dir, command, trainer, module, callbacks, task, started, status="interrupted",
                      config_hash=config_hash)
     key = "interrupted" if isinstance(exc, Interrupted) else "preempted"
     record["extra"][key] = {"signal": signal.Signals(exc.signum).name, "step": exc.step,

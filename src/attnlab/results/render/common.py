@@ -109,7 +109,7 @@ def source_lines(built: BuiltTable) -> list[tuple[str, list[str]]]:
         for tag, recs in (
             ("", row.used),
             ("failed", row.failed),
-            ("running", row.running),
+            ("unfinished", row.unfinished),
             ("superseded", row.superseded),
         ):
             for r in recs:
