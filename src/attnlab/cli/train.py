@@ -83,8 +83,9 @@ def hydra_main(cfg: DictConfig) -> None:
         if callable(exc.previous_handler):
             exc.previous_handler(exc.signum, None)  # e.g. submitit: requeue this job, then exit
         fail(str(exc), code=128 + int(exc.signum))
-    except KeyboardInterrupt:  # Ctrl-C before training started (while reading data): nothing to resume
-        fail("interrupted (Ctrl-C) before training started; rerun the same command to start again", code=130)
+    except KeyboardInterrupt:  # a Ctrl-C that run() could not turn into a record (a second one, mid-shutdown)
+        fail(f"interrupted (Ctrl-C); rerun the same command to resume from the newest checkpoint in "
+             f"{Path(out) / 'checkpoints'}, if there is one", code=130)
     except user_errors() + run_errors() as exc:
         reason = _record_failure(cfg, out, command, one_line(exc))
         if multirun:

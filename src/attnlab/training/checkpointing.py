@@ -261,6 +261,9 @@ class LastCheckpoint(Checkpoint):
         self.handle_signals = handle_signals
         self.last_saved_step = -1
         self.wandb_run_id: str | None = None  # set by run(); kept so a resumed run logs into the same wandb run
+        # Set by run(): its stop-signal handler (stop_signals.RunSignals), which holds a signal that came while
+        # Lightning set up training and knows the handlers from before the run (submitit's requeue).
+        self.run_signals: Any = None
         self._signal: int | None = None
         self._stop_at: int | None = None  # the signal to stop for, once the saved step is fully logged
         self._previous: dict[int, Any] = {}
@@ -286,15 +289,18 @@ class LastCheckpoint(Checkpoint):
     def setup(self, trainer, pl_module, stage: str) -> None:
         # Lightning installs its own handlers right before training; remember what was there before it
         # (e.g. submitit's requeue handler) so that handler can be called once our checkpoint is on disk.
-        if stage == "fit" and self.handle_signals and _main_thread():
-            self._previous = {s: signal.getsignal(s) for s in _signals()}
+        if stage == "fit" and self.handle_signals and in_main_thread():
+            self._previous = {s: (self.run_signals.previous_handler(s) if self.run_signals is not None
+                                  else signal.getsignal(s)) for s in stop_signals()}
 
     def on_train_start(self, trainer, pl_module) -> None:
         self._signal = self._stop_at = None
         self._step_before = trainer.global_step
-        if not (self.handle_signals and _main_thread()):
+        if not (self.handle_signals and in_main_thread()):
             return
-        for s in _signals():
+        if self.run_signals is not None:  # a signal that came while Lightning set up training
+            self._signal = self.run_signals.take_pending()
+        for s in stop_signals():
             self._installed[s] = signal.getsignal(s)
             signal.signal(s, self._on_signal)
 
@@ -370,9 +376,9 @@ class LastCheckpoint(Checkpoint):
         raise Preempted(signum, trainer.global_step, str(self.path), self._previous.get(signum))
 
 
-def _signals() -> list[int]:
+def stop_signals() -> list[int]:
     return [getattr(signal, name) for name in SIGNALS if hasattr(signal, name)]
 
 
-def _main_thread() -> bool:
+def in_main_thread() -> bool:
     return threading.current_thread() is threading.main_thread()

@@ -45,6 +45,7 @@ from attnlab.training.launch import is_launch_rank_zero
 from attnlab.training.modules import MODULES, TaskModule, count_parameters
 from attnlab.training.resumable import ResumableCSVLogger, ResumableDataModule
 from attnlab.training.scale import apply_scale  # noqa: F401 - re-exported: run, eval and tests apply it here
+from attnlab.training.stop_signals import RunSignals, StoppedBySignal, signals_deferred
 from attnlab.training.storage import StorageError, check_free_space, check_writable, storage_failure
 from attnlab.training.wandb_run import build_wandb_logger, finish_wandb, publish_to_wandb, wandb_run_id
 
@@ -492,47 +493,68 @@ def run(cfg: DictConfig, *, run_dir: str | os.PathLike | None = None, command: s
         return done
     run_dir = Path(run_dir or cfg.paths.run_dir)
     check_writable(run_dir)
-    L.seed_everything(int(cfg.seed), workers=True, verbose=False)
-    if cfg.hardware.matmul_precision:
-        torch.set_float32_matmul_precision(cfg.hardware.matmul_precision)
-    if cfg.hardware.get("torch_threads"):
-        # Parallel sweeps give each job cores/jobs threads, so that jobs x threads never exceeds the cores.
-        torch.set_num_threads(int(cfg.hardware.torch_threads))
+    with RunSignals() as signals:
+        record = _train_and_test(cfg, run_dir, command, started, asked_hash, signals)
+        if signals.pending is not None:
+            log.warning("the run completed and its record was written before it could stop for %s; nothing to "
+                        "resume", signal.Signals(signals.pending).name)
+        return record
 
-    describe_config(cfg, run_dir)
-    task = build_task_data(cfg)
-    check_splits_not_empty(task)
-    module = build_module(cfg, task)
-    describe_build(cfg, task, module)
-    resume = select_checkpoint(cfg, run_dir)
-    resume_path, resume_ckpt = resume if resume else (None, None)
-    if resume_path is not None:
-        log.info("resuming from %s (step %d)", resume_path, checkpoint_step(resume_ckpt))
-    elif cfg.get("init_from"):
-        init_weights_from(module, cfg.init_from)
-        log.info("initialised weights from %s (optimizer, schedule and counters start afresh)", cfg.init_from)
-    callbacks = build_callbacks(cfg, run_dir)
-    last = next((c for c in callbacks if isinstance(c, LastCheckpoint)), None)
-    if last is not None:  # last + top-k + one being written
-        check_free_space(run_dir, (2 + int(cfg.callbacks.checkpoint.save_top_k or 0)) * checkpoint_bytes(module))
-    else:
-        check_free_space(run_dir, 1 << 20)
-    wandb_id = wandb_run_id(run_dir, resume_ckpt) if cfg.logger.get("wandb") is not None else None
-    if last is not None:
-        last.wandb_run_id = wandb_id
-    module.nonfinite_guard = next(c for c in callbacks if isinstance(c, NonFiniteGuard))
-    datamodule = build_datamodule(cfg, task)
-    loggers = build_loggers(cfg, run_dir, resume_ckpt=resume_ckpt, wandb_id=wandb_id)
-    del resume_ckpt  # Lightning reads the file again; do not hold two copies of the weights
-    trainer = build_trainer(cfg, run_dir, callbacks=callbacks, loggers=loggers, max_len=task.max_len)
-    # Lightning cannot see that ResumableDataModule restores the data position, and warns that it does not.
-    warnings.filterwarnings("ignore", message=".*your dataloader is not resumable.*")
-    # nan_policy=skip returns None from training_step on purpose (Lightning then skips the update).
-    warnings.filterwarnings("ignore", message=".*`training_step` returned `None`.*")
+
+def _train_and_test(cfg: DictConfig, run_dir: Path, command: str | None, started: RunClock, asked_hash: str | None,
+                    signals: RunSignals) -> dict[str, Any]:
+    """``run`` in its folder: prepare, fit, test, record."""
+    try:
+        with signals.raising("while preparing the run (data, tokenizer, model)"):
+            L.seed_everything(int(cfg.seed), workers=True, verbose=False)
+            if cfg.hardware.matmul_precision:
+                torch.set_float32_matmul_precision(cfg.hardware.matmul_precision)
+            if cfg.hardware.get("torch_threads"):
+                # Parallel sweeps give each job cores/jobs threads, so jobs x threads never exceeds the cores.
+                torch.set_num_threads(int(cfg.hardware.torch_threads))
+
+            describe_config(cfg, run_dir)
+            task = build_task_data(cfg)
+            check_splits_not_empty(task)
+            module = build_module(cfg, task)
+            describe_build(cfg, task, module)
+            resume = select_checkpoint(cfg, run_dir)
+            resume_path, resume_ckpt = resume if resume else (None, None)
+            if resume_path is not None:
+                log.info("resuming from %s (step %d)", resume_path, checkpoint_step(resume_ckpt))
+            elif cfg.get("init_from"):
+                init_weights_from(module, cfg.init_from)
+                log.info("initialised weights from %s (optimizer, schedule and counters start afresh)",
+                         cfg.init_from)
+            callbacks = build_callbacks(cfg, run_dir)
+            last = next((c for c in callbacks if isinstance(c, LastCheckpoint)), None)
+            if last is not None:  # last + top-k + one being written
+                kept = 2 + int(cfg.callbacks.checkpoint.save_top_k or 0)
+                check_free_space(run_dir, kept * checkpoint_bytes(module))
+            else:
+                check_free_space(run_dir, 1 << 20)
+            wandb_id = wandb_run_id(run_dir, resume_ckpt) if cfg.logger.get("wandb") is not None else None
+            if last is not None:
+                last.wandb_run_id = wandb_id
+                last.run_signals = signals
+            module.nonfinite_guard = next(c for c in callbacks if isinstance(c, NonFiniteGuard))
+            datamodule = build_datamodule(cfg, task)
+            loggers = build_loggers(cfg, run_dir, resume_ckpt=resume_ckpt, wandb_id=wandb_id)
+            del resume_ckpt  # Lightning reads the file again; do not hold two copies of the weights
+            trainer = build_trainer(cfg, run_dir, callbacks=callbacks, loggers=loggers, max_len=task.max_len)
+            # Lightning cannot see that ResumableDataModule restores the data position, and warns that it
+            # does not.
+            warnings.filterwarnings("ignore", message=".*your dataloader is not resumable.*")
+            # nan_policy=skip returns None from training_step on purpose (Lightning then skips the update).
+            warnings.filterwarnings("ignore", message=".*`training_step` returned `None`.*")
+    except (StoppedBySignal, KeyboardInterrupt) as exc:
+        raise _stopped_before_training(cfg, run_dir, command, exc) from None
     try:
         trainer.fit(module, datamodule=datamodule, ckpt_path=resume_path, weights_only=True)
         tested = load_test_weights(cfg, module, callbacks, trainer.global_step)
-        trainer.test(module, datamodule=datamodule, verbose=False)
+        saved = str(last.path) if last is not None and last.path.is_file() else None
+        with signals.raising("while testing", step=trainer.global_step, checkpoint=saved):
+            trainer.test(module, datamodule=datamodule, verbose=False)
     except (OSError, RuntimeError) as exc:
         failure = storage_failure(exc, run_dir)  # the disk filled up or the folder became read-only mid-run
         if failure is not None:
@@ -541,15 +563,17 @@ def run(cfg: DictConfig, *, run_dir: str | os.PathLike | None = None, command: s
     except Preempted as exc:
         _write_interrupted_record(cfg, run_dir, command, trainer, module, callbacks, task, started, exc, asked_hash)
         raise
-    except SystemExit as exc:
+    except (SystemExit, KeyboardInterrupt) as exc:
         from lightning.pytorch.utilities.exceptions import SIGTERMException
 
-        if trainer.interrupted and not isinstance(exc, SIGTERMException):
-            # Ctrl-C: Lightning shut down and called exit(1); resuming starts from the newest checkpoint on disk.
-            found = find_resume_checkpoint(run_dir / "checkpoints")
-            interrupted = Interrupted(trainer.global_step, str(found[0]) if found else None)
-            _write_interrupted_record(cfg, run_dir, command, trainer, module, callbacks, task, started, interrupted,
-                                      asked_hash)
+        # Ctrl-C: Lightning shuts down and calls exit(1); a second Ctrl-C during that shutdown arrives here as
+        # KeyboardInterrupt. Either way the run stops, and its record says so.
+        if isinstance(exc, KeyboardInterrupt) or (trainer.interrupted and not isinstance(exc, SIGTERMException)):
+            with signals_deferred():  # a further Ctrl-C may not cut the search or the record short
+                found = find_resume_checkpoint(run_dir / "checkpoints")  # what a rerun resumes from
+                interrupted = Interrupted(trainer.global_step, str(found[0]) if found else None)
+                _write_interrupted_record(cfg, run_dir, command, trainer, module, callbacks, task, started,
+                                          interrupted, asked_hash)
             raise interrupted from None
         if not isinstance(exc, SIGTERMException):
             raise
@@ -573,7 +597,7 @@ def run(cfg: DictConfig, *, run_dir: str | os.PathLike | None = None, command: s
         from attnlab.results.record import RECORD_FILENAME, write_record
         from attnlab.training.outputs import write_decoded_outputs
 
-        with _storage_errors(run_dir):
+        with _storage_errors(run_dir), signals_deferred():
             write_decoded_outputs(run_dir / OUTPUTS_DIR, module.test_outputs, task)  # before the record: complete
             write_record(run_dir / RECORD_FILENAME, record)
     for lg in loggers:
@@ -694,10 +718,29 @@ def _write_interrupted_record(cfg, run_dir, command, trainer, module, callbacks,
     from attnlab.results.record import RECORD_FILENAME, write_record
 
     try:
-        with _storage_errors(run_dir):
+        with _storage_errors(run_dir), signals_deferred():
             write_record(run_dir / RECORD_FILENAME, record)
     except StorageError as failure:
         log.error("%s", failure)  # the stop itself is reported by the caller
+
+
+def _stopped_before_training(cfg: DictConfig, run_dir: Path, command: str | None,
+                             exc: StoppedBySignal | KeyboardInterrupt) -> Preempted:
+    """Ctrl-C or a stop signal before training started: an ``interrupted`` record made from the config, and
+    the exception the CLI reports (a resumed run may have checkpoints: the rerun resumes from the newest)."""
+    with signals_deferred():  # a further Ctrl-C may not cut the search short (the record defers its own)
+        found = find_resume_checkpoint(run_dir / "checkpoints")
+    step, checkpoint = (checkpoint_step(found[1]), str(found[0])) if found else (0, None)
+    if isinstance(exc, KeyboardInterrupt):
+        stopped: Preempted = Interrupted(step, checkpoint)
+    else:
+        stopped = StoppedBySignal(exc.signum, step, checkpoint, exc.where, exc.previous_handler)
+    key = "interrupted" if isinstance(stopped, Interrupted) else "preempted"
+    command = command or " ".join(sys.argv)
+    write_config_record(cfg, run_dir, command, status="interrupted",
+                        extra={key: {"signal": signal.Signals(stopped.signum).name, "step": step,
+                                     "checkpoint": checkpoint, "resume_with": command, "phase": "before training"}})
+    return stopped
 
 
 class Interrupted(Preempted):
@@ -734,6 +777,14 @@ def _storage_errors(run_dir: Path):
 def write_failed_record(cfg: DictConfig, run_dir: str | os.PathLike, command: str, error: str) -> bool:
     """A run record with ``status: failed`` and the reason, so sweeps and tables show the failure; False
     when the folder cannot take it (a full disk), with nothing half-written."""
+    return write_config_record(cfg, run_dir, command, status="failed", error=error)
+
+
+def write_config_record(cfg: DictConfig, run_dir: str | os.PathLike, command: str, *, status: str,
+                        error: str | None = None, extra: dict[str, Any] | None = None) -> bool:
+    """A run record made from the config alone (the run failed or stopped before its model or trainer
+    existed); False when the folder cannot take it, with nothing half-written. A second Ctrl-C or stop
+    signal waits until the record is on disk."""
     from attnlab.results.record import RECORD_FILENAME, write_record
 
     def pick(dotted: str):
@@ -744,7 +795,7 @@ def write_failed_record(cfg: DictConfig, run_dir: str | os.PathLike, command: st
 
     record = {
         "schema_version": 1,
-        "status": "failed",
+        "status": status,
         "error": error,
         "experiment": pick("experiment_name"),
         "row": pick("row"),
@@ -769,11 +820,14 @@ def write_failed_record(cfg: DictConfig, run_dir: str | os.PathLike, command: st
         "versions": {"python": platform.python_version(), "torch": torch.__version__,
                      "attnlab": attnlab.__version__},
     }
+    if extra:
+        record["extra"] = extra
     try:
-        Path(run_dir).mkdir(parents=True, exist_ok=True)
-        write_record(Path(run_dir) / RECORD_FILENAME, record)
+        with signals_deferred():
+            Path(run_dir).mkdir(parents=True, exist_ok=True)
+            write_record(Path(run_dir) / RECORD_FILENAME, record)
     except OSError as exc:
-        log.debug("no failure record written in %s: %s", run_dir, exc)
+        log.debug("no %s record written in %s: %s", status, run_dir, exc)
         return False
     return True
 
