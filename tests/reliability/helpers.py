@@ -16,6 +16,23 @@ DETERMINISTIC = [*TINY, *TINY_ALGO, "trainer.max_steps=8", "trainer.val_check_in
                  "callbacks.checkpoint.every_n_steps=2", "logger=csv", "seed=7"]
 
 
+def run_with_callbacks(run_dir: Path, extra=(), callbacks=()):
+    """``training.run`` of the DETERMINISTIC config (plus ``extra``) in ``run_dir``, with test-only Lightning
+    callbacks placed before the run's own (e.g. one that sends a signal at a chosen step)."""
+    import importlib
+
+    from tests.conftest import compose
+
+    run_module = importlib.import_module("attnlab.training.run")
+    cfg = compose([*DETERMINISTIC, *extra], run_dir=run_dir)
+    original = run_module.build_callbacks
+    run_module.build_callbacks = lambda c, d: [*callbacks, *original(c, d)]
+    try:
+        return run_module.run(cfg, run_dir=run_dir, command="pytest")
+    finally:
+        run_module.build_callbacks = original
+
+
 def weights(path: Path) -> dict[str, torch.Tensor]:
     return torch.load(path, map_location="cpu", weights_only=True)["state_dict"]
 

@@ -23,8 +23,7 @@ from attnlab.training.checkpointing import (
     find_resume_checkpoint,
     load_checkpoint_file,
 )
-from tests.conftest import compose
-from tests.reliability.helpers import DETERMINISTIC, same_weights
+from tests.reliability.helpers import run_with_callbacks, same_weights
 
 run_module = importlib.import_module("attnlab.training.run")
 
@@ -94,14 +93,7 @@ class _SignalAt(L.Callback):
             os.kill(os.getpid(), self.signum)
 
 
-def _run(run_dir, extra=(), callbacks=()):
-    cfg = compose([*DETERMINISTIC, *extra], run_dir=run_dir)
-    original = run_module.build_callbacks
-    run_module.build_callbacks = lambda c, d: [*callbacks, *original(c, d)]
-    try:
-        return run_module.run(cfg, run_dir=run_dir, command="pytest")
-    finally:
-        run_module.build_callbacks = original
+_run = run_with_callbacks
 
 
 @pytest.fixture(scope="module")

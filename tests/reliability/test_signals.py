@@ -15,8 +15,7 @@ import pytest
 from attnlab.results.record import read_record, validate_record
 from attnlab.training.checkpointing import LAST, Preempted
 from attnlab.training.stop_signals import RunSignals, StoppedBySignal, signals_deferred
-from tests.conftest import compose
-from tests.reliability.helpers import DETERMINISTIC
+from tests.reliability.helpers import run_with_callbacks
 
 run_module = importlib.import_module("attnlab.training.run")
 
@@ -63,14 +62,7 @@ def test_deferred_signals_let_a_record_finish():
 
 
 # -- whole runs -------------------------------------------------------------------------------------------
-def _run(run_dir, *, callbacks=(), extra=()):
-    cfg = compose([*DETERMINISTIC, *extra], run_dir=run_dir)
-    original = run_module.build_callbacks
-    run_module.build_callbacks = lambda c, d: [*callbacks, *original(c, d)]
-    try:
-        return run_module.run(cfg, run_dir=run_dir, command="pytest")
-    finally:
-        run_module.build_callbacks = original
+_run = run_with_callbacks
 
 
 class _AtFirstTestBatch(L.Callback):
