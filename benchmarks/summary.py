@@ -14,6 +14,8 @@ import json
 import sys
 from pathlib import Path
 
+from attnlab.results.record import atomic_write_text
+
 REPO = Path(__file__).resolve().parents[1]
 BENCH = REPO / "results" / "bench"
 README = REPO / "README.md"
@@ -93,7 +95,7 @@ def main() -> int:
         print("README.md's benchmark block matches results/bench/*.json")
         return 0
     if new != text:
-        README.write_text(new)
+        atomic_write_text(README, new)  # a kill leaves the old README or the new one
         print("README.md: benchmark block rewritten")
     return 0
 

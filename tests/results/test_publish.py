@@ -14,9 +14,10 @@ from attnlab.results.publish import MAX_ARTIFACT_BYTES, main, publish_runs
 
 def _with_artifacts(record_path, ponder: str = '{"step": 1}\n'):
     run = record_path.parent
+    seed = json.loads(record_path.read_text())["seed"]
     (run / ".hydra").mkdir()
-    (run / ".hydra" / "config.yaml").write_text("seed: 0\n")
-    (run / ".hydra" / "overrides.yaml").write_text("- seed=0\n")
+    (run / ".hydra" / "config.yaml").write_text(f"seed: {seed}\n")  # the config of the record's run
+    (run / ".hydra" / "overrides.yaml").write_text(f"- seed={seed}\n")
     (run / "ponder").mkdir()
     (run / "ponder" / "steps.jsonl").write_text(ponder)
     (run / "checkpoints").mkdir()

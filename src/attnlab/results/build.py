@@ -6,6 +6,7 @@ that is not there, and never shows a 0 for it. Rendering is elsewhere (``attnlab
 
 from __future__ import annotations
 
+import difflib
 import fnmatch
 import math
 import statistics
@@ -218,6 +219,8 @@ def build_table(
     for row in spec.rows:
         filters = {**spec.match, **row.match}
         mine = [r for r in records if matches(r.data, filters)]
+        if not mine:
+            _refuse_unknown_experiment(spec, row, filters.get("experiment"))
         _refuse_other_kind(spec, row, mine)
         bad = [c for c in corrupt if c.data is not None and matches(c.data, filters)]
         placed.update(c.path for c in bad)
@@ -360,6 +363,23 @@ def _refuse_other_kind(spec: TableSpec, row: RowSpec, mine: list[Loaded]) -> Non
             raise TableError(f"table {spec.name} ({spec.kind}), row {row.label!r} matches {what} ({r.path}); "
                              f"probe tables read experiments under {PROBE_PREFIX} only and paper tables never do: "
                              "narrow the row's match")
+
+
+# The presets a spec row may name (conf/ ships inside the package, so this holds for an installed attnlab too).
+PRESETS_DIR = Path(__file__).resolve().parents[1] / "conf" / "experiment"
+
+
+def _refuse_unknown_experiment(spec: TableSpec, row: RowSpec, wanted: Any) -> None:
+    """TableError for a row that names an experiment which is neither a preset nor any record's: a typo in
+    the spec would otherwise show as a row of "missing" cells forever."""
+    for name in wanted if isinstance(wanted, list) else [wanted]:
+        if not isinstance(name, str) or any(c in name for c in "*?") or (PRESETS_DIR / f"{name}.yaml").is_file():
+            continue
+        presets = [p.relative_to(PRESETS_DIR).with_suffix("").as_posix() for p in PRESETS_DIR.rglob("*.yaml")]
+        close = difflib.get_close_matches(name, presets, n=1)
+        raise TableError(f"table {spec.name} ({spec.path or 'spec'}): row {row.label!r} matches experiment "
+                         f"{name!r}, which is no preset under conf/experiment and no record's experiment"
+                         + (f"; did you mean {close[0]!r}?" if close else ""))
 
 
 def _refuse_mixed_configs(spec: TableSpec, row: RowSpec, m: MetricSpec, used: list[Loaded]) -> None:

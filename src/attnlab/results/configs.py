@@ -69,6 +69,48 @@ def _command_overrides(command: Any) -> dict[str, str]:
     return out
 
 
+# The fields of a record's header that repeat its config, as (record field, config key).
+_HEADER_FROM_CONFIG = (("experiment", "experiment_name"), ("seed", "seed"), ("scale", "scale.name"),
+                       ("task", "task.name"), ("model.name", "model.name"),
+                       ("model.attention", "model.attention.name"), ("model.recurrence", "model.recurrence.name"))
+
+
+def header_disagreement(record_path: Path, data: Mapping[str, Any]) -> str | None:
+    """Where a record's header and the config saved beside it name different runs (a record copied into
+    another run's folder, or edited by hand), one line; None when they agree or there is no config."""
+    for name in (RESOLVED_CONFIG, BEFORE_SCALE_CONFIG):
+        config_file = record_path.parent / name
+        if config_file.is_file():
+            break
+    else:
+        return None
+    try:
+        config = load_yaml(config_file.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, UnsafeYamlError):
+        return None  # an unreadable config is the table's "configs differ" business, not a header mismatch
+    if not isinstance(config, Mapping):
+        return None
+    for field, key in _HEADER_FROM_CONFIG:
+        said, saved = _lookup(data, field), _lookup(config, key)
+        if _MISSING not in (said, saved) and said != saved:
+            return (f"{record_path}: the record says {field} {said!r} but the config beside it "
+                    f"({config_file.relative_to(record_path.parent)}) says {key} {saved!r}: the record and the config "
+                    f"are of two different runs")
+    return None
+
+
+_MISSING = object()
+
+
+def _lookup(tree: Mapping[str, Any], dotted: str) -> Any:
+    node: Any = tree
+    for part in dotted.split("."):
+        if not isinstance(node, Mapping) or part not in node:
+            return _MISSING
+        node = node[part]
+    return node
+
+
 def seedless_config(record_path: Path | None, data: Mapping[str, Any]) -> dict[str, Any]:
     """The run's configuration apart from its seed, as ``dotted key -> value``."""
     config_file = None

@@ -33,6 +33,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from attnlab.results.record import atomic_write_text
+
 # The assumptions of every estimate, written beside them.
 PEAK_BF16 = 989.5e12  # H100 SXM / H200 dense bf16 datasheet FLOP/s (training.perf.PEAK_FLOPS)
 DEFAULT_MFU = 0.3  # a dense Transformer in bf16 that keeps the GPU fed; not measured by our runs
@@ -240,10 +242,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.only and args.out.exists():  # refresh some tables, keep the rest
         previous = json.loads(args.out.read_text())
         result["rows"] = {**previous.get("rows", {}), **result["rows"]}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = args.out.with_suffix(".tmp")
-    tmp.write_text(json.dumps(result, indent=1, sort_keys=True) + "\n")
-    tmp.replace(args.out)  # nothing half-written
+    atomic_write_text(args.out, json.dumps(result, indent=1, sort_keys=True) + "\n")  # nothing half-written
     print(f"gpu-estimate: {len(result['rows'])} presets -> {args.out}")
     return 0
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from attnlab.results.configs import seedless_config
+from attnlab.results.configs import header_disagreement, seedless_config
 from attnlab.results.errors import TableError
 from attnlab.results.record import RecordError, find_records, load_json, validate_record
 
@@ -54,8 +54,9 @@ def load_records(roots: Iterable[str | os.PathLike], skip_corrupt: bool = False)
             corrupt.append(Corrupt(path, str(exc), None))
             continue
         problems = validate_record(data)
-        if problems:
-            msg = f"{path}: not a valid run record: {'; '.join(problems[:3])}"
+        disagreement = None if problems else header_disagreement(path, data)
+        if problems or disagreement:
+            msg = disagreement or f"{path}: not a valid run record: {'; '.join(problems[:3])}"
             if not skip_corrupt:
                 raise TableError(corrupt_hint(msg))
             corrupt.append(Corrupt(path, msg, data if isinstance(data, dict) else None))

@@ -26,7 +26,15 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from attnlab.results.record import RECORD_FILENAME, find_records, load_json, validate_record, write_files_atomically
+from attnlab.results.configs import header_disagreement
+from attnlab.results.record import (
+    RECORD_FILENAME,
+    RecordError,
+    find_records,
+    load_json,
+    validate_record,
+    write_files_atomically,
+)
 
 # Files and folders of a run folder that travel with its record (everything else stays behind).
 # config_before_scale.yaml: Hydra's composition before the scale blocks, what a table compares across runs
@@ -67,7 +75,31 @@ def _publishable(data: object, only: tuple[str, ...]) -> bool:
     experiment = data.get("experiment")
     if not experiment or (data.get("extra") or {}).get("debug"):
         return False
+    return _in_scope(data, only)
+
+
+def _in_scope(data: object, only: tuple[str, ...]) -> bool:
+    experiment = str(data.get("experiment") or "") if isinstance(data, dict) else ""
     return not only or any(experiment == o or experiment.startswith(o.rstrip("/") + "/") for o in only)
+
+
+def _refuse_damaged(path: Path, only: tuple[str, ...]) -> dict:
+    """The record at ``path``; PublishError (one line naming the file) when it cannot be read, is not a
+    valid record, or disagrees with the config beside it, and lies within ``only``: publishing around it
+    would leave a table without a seed that the runs folder has. attnlab writes records atomically, so such a
+    file was edited, copied or damaged after the run."""
+    try:
+        data = load_json(path)
+    except RecordError as exc:
+        raise PublishError(f"{exc}; fix or delete it, then publish again") from None
+    finished = isinstance(data, dict) and data.get("status") in _STATUS_RANK
+    if finished and _in_scope(data, only):
+        problems = validate_record(data)
+        problem = f"{path}: not a valid run record: {'; '.join(problems[:3])}" if problems else \
+            header_disagreement(path, data)
+        if problem:
+            raise PublishError(f"{problem}; fix or delete it, then publish again")
+    return data
 
 
 def _preference(record: dict) -> tuple[int, str]:
@@ -114,7 +146,7 @@ def publish_runs(
     for path in find_records(list(sources)):
         if dest_root.resolve() in path.resolve().parents:
             continue  # already published
-        data = load_json(path)
+        data = _refuse_damaged(path, only)
         if not _publishable(data, only):
             if only and _publishable(data, ()):
                 left_out.add(str(data["experiment"]))

@@ -20,6 +20,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from attnlab.results.record import atomic_write_text
 from attnlab.tasks import TaskData
 
 
@@ -28,9 +29,7 @@ def _line(text: Any) -> str:
 
 
 def _write(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)  # atomic: a reader never sees half a file
+    atomic_write_text(path, text)  # a reader (or a kill) never sees half a file; no temporary file is left
 
 
 def split_rows(task: TaskData, split: str, outputs: dict[int, Any]) -> list[dict[str, Any]]:
