@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from attnlab.results.baselines import TableBaselines
-from attnlab.results.configs import config_groups, differing_keys
+from attnlab.results.configs import config_groups, differing_keys, get_field
 from attnlab.results.errors import TableError
 from attnlab.results.loading import Corrupt, Loaded
 from attnlab.results.paper import NOT_FOUND, PaperTable, PaperTables, PaperTablesError
@@ -25,15 +25,6 @@ from attnlab.results.spec import PROBE_PREFIX, MetricSpec, RowSpec, TableSpec
 from attnlab.results.stats import Stat, summarize
 
 NOT_IN_PAPER = "—"
-
-
-def get_field(record: Mapping[str, Any], dotted: str) -> Any:
-    node: Any = record
-    for part in dotted.split("."):
-        if not isinstance(node, Mapping) or part not in node:
-            return None
-        node = node[part]
-    return node
 
 
 def _value_matches(actual: Any, wanted: Any) -> bool:

@@ -91,7 +91,7 @@ def header_disagreement(record_path: Path, data: Mapping[str, Any]) -> str | Non
     if not isinstance(config, Mapping):
         return None
     for field, key in _HEADER_FROM_CONFIG:
-        said, saved = _lookup(data, field), _lookup(config, key)
+        said, saved = get_field(data, field, _MISSING), get_field(config, key, _MISSING)
         if _MISSING not in (said, saved) and said != saved:
             return (f"{record_path}: the record says {field} {said!r} but the config beside it "
                     f"({config_file.relative_to(record_path.parent)}) says {key} {saved!r}: the record and the config "
@@ -102,11 +102,12 @@ def header_disagreement(record_path: Path, data: Mapping[str, Any]) -> str | Non
 _MISSING = object()
 
 
-def _lookup(tree: Mapping[str, Any], dotted: str) -> Any:
-    node: Any = tree
+def get_field(record: Mapping[str, Any], dotted: str, missing: Any = None) -> Any:
+    """``record["a"]["b"]`` for ``"a.b"``; ``missing`` where a part is absent."""
+    node: Any = record
     for part in dotted.split("."):
         if not isinstance(node, Mapping) or part not in node:
-            return _MISSING
+            return missing
         node = node[part]
     return node
 
