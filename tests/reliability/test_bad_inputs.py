@@ -4,6 +4,7 @@ entry points themselves are covered."""
 
 from __future__ import annotations
 
+import gzip
 import os
 import shutil
 import subprocess
@@ -62,6 +63,10 @@ CASES = [
     ("train", ["init_from={unsafe}"], "needs arbitrary unpickling", False),
     ("train", ["init_from={tensor}"], "not a checkpoint dict", False),
     ("train", ["init_from={run}/checkpoints/last.ckpt", "model.d_ff=96"], "does not match this model", False),
+    # a checkpoint of another model to resume from: said before training, not as Lightning's traceback
+    ("train", ["ckpt_path={run}/checkpoints/last.ckpt", "model.d_ff=96"], "does not match this model: model.", False),
+    ("train", ["ckpt_path={run}/checkpoints/last.ckpt", "task=lm/wikitext2", "paths.data_root={lm_data}"],
+     "does not match this model (missing", False),
     ("train", ["hydra.run.dir={afile}/run"], "is a file", False),
     ("eval", ["{garbage}"], "is corrupt", True),
     ("eval", ["{broken}"], "corrupt or truncated", False),
@@ -90,6 +95,10 @@ def files(trained_run, tmp_path_factory):
         # a gzip header over a damaged stream, and a file that is not gzip at all
         (root / "badgz" / "wikitext2" / f"wiki.{split}.tokens.gz").write_bytes(b"\x1f\x8b\x08 not gzip after all")
         (root / "notgz" / "wikitext2" / f"wiki.{split}.tokens.gz").write_bytes(b"plain text, not gzip")
+    (root / "lm_data" / "wikitext2").mkdir(parents=True)
+    for split in ("train", "valid", "test"):  # a small but sound language-modelling corpus
+        text = "".join(f" the cat number {i} sat on the mat .\n" for i in range(40))
+        (root / "lm_data" / "wikitext2" / f"wiki.{split}.tokens.gz").write_bytes(gzip.compress(text.encode()))
     (root / "garbage.ckpt").write_bytes(os.urandom(512))
     last = trained_run / "checkpoints" / "last.ckpt"
     (root / "trunc.ckpt").write_bytes(last.read_bytes()[: last.stat().st_size // 3])
@@ -100,8 +109,8 @@ def files(trained_run, tmp_path_factory):
     (root / "afile").write_text("not a folder")
     (root / "corrupt_runs" / "job").mkdir(parents=True)
     (root / "corrupt_runs" / "job" / "results.json").write_text('{"status": "compl')
-    names = ("empty", "badgz", "notgz", "garbage.ckpt", "trunc.ckpt", "unsafe.ckpt", "tensor.ckpt", "broken", "afile",
-             "corrupt_runs")
+    names = ("empty", "lm_data", "badgz", "notgz", "garbage.ckpt", "trunc.ckpt", "unsafe.ckpt", "tensor.ckpt",
+             "broken", "afile", "corrupt_runs")
     return {"run": str(trained_run), **{n.split(".")[0]: str(root / n) for n in names}}
 
 

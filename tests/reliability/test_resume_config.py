@@ -49,3 +49,21 @@ def test_resuming_to_train_longer_is_allowed_and_said(trained_run, tmp_path, cap
     assert any("trainer.max_steps 4 -> 6" in r.getMessage() for r in caplog.records)
     record = json.loads((run_dir / "results.json").read_text())
     assert record["status"] == "completed" and record["cost"]["steps"] == 6
+
+
+def test_a_sweep_resuming_its_folder_with_another_learning_rate_is_refused_and_touches_nothing(trained_run, tmp_path,
+                                                                                                capsys):
+    """Issue 38.3, sweeps: a resubmitted sweep (the same hydra.sweep.dir) resumes each job's folder; a changed
+    training key is refused before Hydra rewrites any job's .hydra/config.yaml."""
+    from tests.conftest import compose
+
+    argv = [*TINY, *TINY_ALGO, "logger=csv", "seed=3"]
+    sweep_dir = tmp_path / "sweep"
+    job_dir = sweep_dir / f"0-{compose(argv).run_name}-s3"  # hydra.sweep.subdir of job 0 (conf/train.yaml)
+    shutil.copytree(trained_run, job_dir)
+    before = {p.relative_to(job_dir): p.read_bytes() for p in job_dir.rglob("*") if p.is_file()}
+    code, err = run_cli(train_main, ["-m", *argv, "optim.lr=0.5,1e-3", f"hydra.sweep.dir={sweep_dir}"], capsys)
+    line = one_clear_line(err)
+    assert code == 2 and "sweep job 0" in line and "optim.lr" in line and "0.5" in line, line
+    after = {p.relative_to(job_dir): p.read_bytes() for p in job_dir.rglob("*") if p.is_file()}
+    assert after == before and sorted(p.name for p in sweep_dir.iterdir()) == [job_dir.name]

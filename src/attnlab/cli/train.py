@@ -244,6 +244,7 @@ def main(argv: list[str] | None = None) -> None:
     if multirun and is_launch_rank_zero():
         try:
             check_sweep_spawns_no_processes(argv)
+            check_sweep_resumes_keep_their_configs(argv)
         except user_errors() as exc:
             fail(one_line(exc))
     if multirun and not any(a.startswith("hydra.sweep.dir=") for a in argv):
@@ -292,6 +293,34 @@ def check_resume_keeps_the_config(cfg: DictConfig, run_dir: Path) -> None:
                           f"paths.run_id)")
     if allowed:
         log.info("resuming %s with %s changed", run_dir, ", ".join(f"{k} {o!r} -> {n!r}" for k, o, n in allowed))
+
+
+def check_sweep_resumes_keep_their_configs(argv: list[str]) -> None:
+    """A sweep into a folder that holds an earlier sweep (the same ``hydra.sweep.dir``: a resubmitted or
+    continued sweep) resumes each job's folder: ``check_resume_keeps_the_config`` for every job whose folder
+    exists, before Hydra starts (it rewrites a job's ``.hydra/config.yaml`` before the job runs, so the job
+    itself could no longer see what its folder's run was)."""
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from omegaconf import OmegaConf, open_dict
+
+    from attnlab.training.config import ConfigError
+
+    sweep_dir = Path(_planned_dir(argv, "sweep").strip("'\""))
+    if not sweep_dir.is_dir():
+        return
+    plain = [a for a in argv if not a.startswith("-")]
+    batches = BasicSweeper.split_arguments(OverridesParser.create().parse_overrides(plain), None)
+    for number, job in enumerate(job for batch in batches for job in batch):
+        layout = compose("train", job, with_hydra=True)
+        with open_dict(layout):
+            OmegaConf.update(layout, "hydra.job.num", number, force_add=True)
+        job_dir = sweep_dir / str(layout.hydra.sweep.subdir)
+        if job_dir.is_dir():
+            try:
+                check_resume_keeps_the_config(compose_checked("train", job), job_dir)
+            except ConfigError as exc:
+                raise ConfigError(f"sweep job {number} ({' '.join(job)}): {exc}") from None
 
 
 def check_devices_present(cfg: DictConfig) -> None:

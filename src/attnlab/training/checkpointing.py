@@ -168,18 +168,24 @@ def init_weights_from(module: torch.nn.Module, path: str | os.PathLike, *, role:
 
     ``role`` names the file in a refusal as the user gave it (``init_from=<path>``, or ``checkpoint <path>``)."""
     state = model_weights(load_checkpoint_file(path), path)
+    check_weights_fit(module, state, f"{role}{path}")
+    module.load_state_dict(state, strict=True)
+
+
+def check_weights_fit(module: torch.nn.Module, state: dict[str, torch.Tensor], named: str) -> None:
+    """CheckpointError (one line) unless ``state`` has exactly ``module``'s keys at its shapes: a checkpoint
+    of another model (size, attention, task) is said before training, not as a traceback from inside it."""
     own = module.state_dict()
     missing = sorted(set(own) - set(state))
     unexpected = sorted(set(state) - set(own))
     if missing or unexpected:
         which = f"missing {missing[0]}" if missing else f"unexpected {unexpected[0]}"
-        raise CheckpointError(f"{role}{path} does not match this model ({which}, "
+        raise CheckpointError(f"{named} does not match this model ({which}, "
                               f"{len(missing)} missing, {len(unexpected)} unexpected keys)")
     for key, value in state.items():
         if value.shape != own[key].shape:
-            raise CheckpointError(f"{role}{path} does not match this model: {key} has shape "
+            raise CheckpointError(f"{named} does not match this model: {key} has shape "
                                   f"{tuple(value.shape)}, the model needs {tuple(own[key].shape)}")
-    module.load_state_dict(state, strict=True)
 
 
 # -- random number generators -------------------------------------------------------------------------

@@ -32,11 +32,13 @@ from attnlab.training.checkpointing import (
     LastCheckpoint,
     Preempted,
     RandomState,
+    check_weights_fit,
     checkpoint_step,
     find_resume_checkpoint,
     has_checkpoints,
     init_weights_from,
     load_checkpoint_file,
+    model_weights,
     remove_partial_files,
 )
 from attnlab.training.config import ConfigError, validate
@@ -521,6 +523,8 @@ def _train_and_test(cfg: DictConfig, run_dir: Path, command: str | None, started
             resume = select_checkpoint(cfg, run_dir)
             resume_path, resume_ckpt = resume if resume else (None, None)
             if resume_path is not None:
+                given = f"ckpt_path={resume_path}" if cfg.get("ckpt_path") else f"the run's checkpoint {resume_path}"
+                check_weights_fit(module, model_weights(resume_ckpt, resume_path), given)
                 log.info("resuming from %s (step %d)", resume_path, checkpoint_step(resume_ckpt))
             elif cfg.get("init_from"):
                 init_weights_from(module, cfg.init_from)
