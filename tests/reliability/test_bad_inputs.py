@@ -172,7 +172,10 @@ DATA_CASES = {
                                     ["train.en has 3 segments", "train.de has 2",
                                      "multi30k/train.en:3 is the first line"]),
     "empty split": ("mt/multi30k_en_de", {**MT_EVAL, "multi30k/train.en": "", "multi30k/train.de": ""},
-                    ["split train is empty", "multi30k/train.en"]),
+                    ["multi30k/train.en is empty (zero bytes); fill it"]),
+    "blank lines only": ("lm/wikitext2", {f"wikitext2/wiki.{split}.tokens": "\n \n\n"
+                                          for split in ("train", "valid", "test")},
+                         ["wikitext2/wiki.train.tokens holds 3 blank line(s) and no text"]),
     "undecodable bytes": ("mt/multi30k_en_de", {**MT_EVAL, "multi30k/train.en": b"good\nbad \xff byte\n",
                                                 "multi30k/train.de": "gut\nschlecht\n"},
                           ["multi30k/train.en:2: not UTF-8"]),

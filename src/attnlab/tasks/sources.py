@@ -79,10 +79,14 @@ MAX_LINE_CHARS = 100_000
 
 def read_lines(path: Path) -> list[str]:
     """The lines of a data file, split at ``\\n`` only (``str.splitlines`` would also split inside a sentence at
-    U+2028, U+0085, form feeds, ..., misaligning parallel files); a trailing ``\\r`` (CRLF files) is dropped."""
+    U+2028, U+0085, form feeds, ..., misaligning parallel files); a trailing ``\\r`` (CRLF files) is dropped.
+    A file without text (zero bytes, or blank lines only) is refused: no task reads a data file to get nothing."""
     lines = read_text(path).split("\n")
     if lines and lines[-1] == "":
         lines.pop()
+    if not any(line.strip() for line in lines):
+        what = "is empty (zero bytes)" if not lines else f"holds {len(lines)} blank line(s) and no text"
+        raise DataError(f"{path} {what}; fill it, or point the task at another file (paths.data_root, task.files)")
     for number, line in enumerate(lines, 1):
         if len(line) > MAX_LINE_CHARS:
             raise DataError(f"{path}:{number}: line of {len(line)} characters, longer than the {MAX_LINE_CHARS} a "
