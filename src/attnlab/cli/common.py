@@ -13,6 +13,27 @@ from attnlab.training.launch import log_file_name
 # module before Hydra configures logging.
 OmegaConf.register_new_resolver("attnlab_log_file", lambda: log_file_name(), replace=True)
 
+
+
+def _matplotlib_config_dir_usable() -> None:
+    """Matplotlib (imported by the loggers and the table figures) prints two lines on stderr when its config
+    folder under HOME cannot be made (a read-only or missing HOME on a cluster node), then works from a
+    temporary folder anyway; give it that temporary folder up front, quietly."""
+    import os
+    import tempfile
+    from pathlib import Path
+
+    if os.environ.get("MPLCONFIGDIR"):
+        return
+    try:
+        (Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config") / "matplotlib").mkdir(parents=True,
+                                                                                                 exist_ok=True)
+    except (OSError, RuntimeError):  # RuntimeError: no HOME at all
+        os.environ["MPLCONFIGDIR"] = tempfile.mkdtemp(prefix="attnlab-matplotlib-")
+
+
+_matplotlib_config_dir_usable()
+
 # Arguments that make Hydra do something other than one plain run (help, info, multirun, shell
 # completion): preflight leaves those to Hydra.
 HYDRA_FLAGS = ("--help", "-h", "--hydra-help", "--info", "-i", "--cfg", "-c", "--resolve", "--package", "-p",

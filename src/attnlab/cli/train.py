@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -49,9 +50,13 @@ def hydra_main(cfg: DictConfig) -> None:
     from attnlab.training.wandb_run import close_wandb
 
     quiet_lightning()
+    while _SAY_WHEN_LOGGING:
+        log.info("%s", _SAY_WHEN_LOGGING.pop(0))
     hc = HydraConfig.get()
     overrides = list(hc.overrides.task)
-    command = " ".join(["attnlab-train", *overrides])
+    # Shell-quoted, so the record's command (and "resume_with") can be pasted back: a path with a space or a
+    # quote stays one argument. Plain overrides come out unquoted, as they were typed.
+    command = shlex.join(["attnlab-train", *overrides])
     multirun = hc.mode.name == "MULTIRUN"
     out = hc.runtime.output_dir
     if not is_launch_rank_zero():
@@ -142,6 +147,8 @@ def check_no_spawned_processes(cfg: DictConfig) -> None:
 # Jobs of a sweep that failed in this process ({run folder: reason}); jobs of other launchers (joblib, SLURM)
 # are found by their failed records. A sweep with any exits non-zero after listing them.
 _FAILED_JOBS: dict[str, str] = {}
+# What the checks before Hydra found to say (INFO): logged by the job, into its console and train.log.
+_SAY_WHEN_LOGGING: list[str] = []
 
 
 def _record_failure(cfg: DictConfig, out: str, command: str, reason: str) -> str:
@@ -216,6 +223,7 @@ def show_config(argv: list[str]) -> bool:
 
 def main(argv: list[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
+    _SAY_WHEN_LOGGING.clear()
     try:
         check_group_choices(argv)
     except user_errors() as exc:
@@ -243,6 +251,7 @@ def main(argv: list[str] | None = None) -> None:
     multirun = any(a in ("-m", "--multirun") for a in argv)
     if multirun and is_launch_rank_zero():
         try:
+            check_sweep_group_choices(argv)
             check_sweep_spawns_no_processes(argv)
             check_sweep_resumes_keep_their_configs(argv)
         except user_errors() as exc:
@@ -291,8 +300,36 @@ def check_resume_keeps_the_config(cfg: DictConfig, run_dir: Path) -> None:
         raise ConfigError(f"{run_dir} holds a run of another configuration, and resuming it would make one record "
                           f"of two: {shown}{more}; rerun with its values, or start a new run (another "
                           f"paths.run_id)")
-    if allowed:
-        log.info("resuming %s with %s changed", run_dir, ", ".join(f"{k} {o!r} -> {n!r}" for k, o, n in allowed))
+    if allowed:  # said once the run's log exists (Hydra configures logging only when the job starts)
+        _SAY_WHEN_LOGGING.append(f"resuming {run_dir} with "
+                                 + ", ".join(f"{k} {o!r} -> {n!r}" for k, o, n in allowed) + " changed")
+
+
+def check_sweep_group_choices(argv: list[str]) -> None:
+    """Every value of a swept config group (``model/attention=vanilla,synth_dense``) names an option: Hydra
+    composes a job only when it launches it, and a missing option then ends the whole sweep with a traceback
+    (jobs before it done, the rest never started). Refused here in one line, before any job starts. Values
+    (``optim.lr=0.1,oops``) are checked by each job, which fails alone and is named at the end."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    import attnlab.conf
+    from attnlab.training.config import ConfigError
+
+    plain = [a for a in argv if not a.startswith("-")]
+    parsed = OverridesParser.create().parse_overrides(plain)
+    fixed = [a for a, o in zip(plain, parsed) if not o.is_sweep_override()]
+    conf = Path(attnlab.conf.__file__).parent
+    for override in parsed:
+        key = override.get_key_element()
+        group = key.lstrip("+~").split("@", 1)[0]
+        if not (override.is_sweep_override() and override.is_discrete_sweep()) or "." in group \
+                or ("/" not in group and not (conf / group).is_dir()):
+            continue  # a value sweep (optim.lr, seed), or a range / interval
+        for value in override.sweep_string_iterator():
+            try:
+                compose("train", [*fixed, f"{key}={value}"])
+            except user_errors() as exc:
+                raise ConfigError(f"sweep choice {key}={value}: {one_line(exc)}; no job was started") from None
 
 
 def check_sweep_resumes_keep_their_configs(argv: list[str]) -> None:

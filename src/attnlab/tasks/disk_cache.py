@@ -29,7 +29,7 @@ def read_entry(path: Path) -> bytes | None:
     """The payload of ``path`` when it exists and its checksum holds; None (the caller rebuilds) otherwise."""
     try:
         data = path.read_bytes()
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):  # no entry (or no cache folder): nothing to say
         return None
     except OSError as exc:
         log.warning("cache: cannot read %s (%s); rebuilding it", path, exc.strerror or exc)

@@ -107,12 +107,13 @@ def build_tokenizer(kind: str, texts: Sequence[str], *, vocab_size: int, lowerca
     log.info("training a %s tokenizer (vocabulary %d) on %d lines ...", kind, vocab_size, len(texts))
     started = time.monotonic()
     tok = _train(kind, texts, vocab_size, lowercase, min_frequency)
-    log.info("tokenizer trained in %.1f s: %d tokens, cached as %s", time.monotonic() - started,
-             tok.get_vocab_size(), path)
+    trained_s = time.monotonic() - started
     for i, special in enumerate(SPECIALS):
         if tok.token_to_id(special) != i:
             raise DataError(f"tokenizer put {special} at id {tok.token_to_id(special)}, expected {i}")
-    write_entry(path, tok.to_str().encode("utf-8"))
+    cached = write_entry(path, tok.to_str().encode("utf-8"))
+    log.info("tokenizer trained in %.1f s: %d tokens%s", trained_s, tok.get_vocab_size(),
+             f", cached as {path}" if cached else " (not cached)")
     return tok
 
 

@@ -11,6 +11,7 @@ import logging
 import math
 import os
 import platform
+import shlex
 import signal
 import subprocess
 import sys
@@ -49,7 +50,7 @@ from attnlab.training.resumable import ResumableCSVLogger, ResumableDataModule
 from attnlab.training.scale import apply_scale  # noqa: F401 - re-exported: run, eval and tests apply it here
 from attnlab.training.stop_signals import RunSignals, StoppedBySignal, signals_deferred
 from attnlab.training.storage import StorageError, check_free_space, check_writable, storage_failure
-from attnlab.training.wandb_run import build_wandb_logger, finish_wandb, publish_to_wandb, wandb_run_id
+from attnlab.training.wandb_run import build_wandb_logger, finish_wandb, publish_to_wandb, wandb_run_id, wants_wandb
 
 log = logging.getLogger("attnlab")
 
@@ -275,7 +276,7 @@ def build_loggers(cfg: DictConfig, run_dir: Path, *, resume_ckpt: dict[str, Any]
                                           keep_through_step=_logged_through(resume_ckpt)))
     if cfg.logger.get("tensorboard") is not None:
         loggers.append(TensorBoardLogger(save_dir=str(run_dir), name="tensorboard", version=""))
-    if cfg.logger.get("wandb") is not None:
+    if wants_wandb(cfg):
         wandb_logger = build_wandb_logger(cfg, run_dir, run_id=wandb_id)
         if wandb_logger is not None:
             loggers.append(wandb_logger)
@@ -537,7 +538,7 @@ def _train_and_test(cfg: DictConfig, run_dir: Path, command: str | None, started
                 check_free_space(run_dir, kept * checkpoint_bytes(module))
             else:
                 check_free_space(run_dir, 1 << 20)
-            wandb_id = wandb_run_id(run_dir, resume_ckpt) if cfg.logger.get("wandb") is not None else None
+            wandb_id = wandb_run_id(run_dir, resume_ckpt) if wants_wandb(cfg) else None
             if last is not None:
                 last.wandb_run_id = wandb_id
                 last.run_signals = signals
@@ -677,7 +678,7 @@ def _record(cfg: DictConfig, run_dir: Path, command: str | None, trainer: L.Trai
         "metric_flavours": run_flavours(cfg, task),
         "wandb_run_id": wandb_id,
         "run_dir": str(run_dir.resolve()),
-        "command": command or " ".join(sys.argv),
+        "command": command or shlex.join(sys.argv),
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "versions": {"python": platform.python_version(), "torch": torch.__version__,
                      "lightning": L.__version__, "attnlab": attnlab.__version__},
@@ -740,7 +741,7 @@ def _stopped_before_training(cfg: DictConfig, run_dir: Path, command: str | None
     else:
         stopped = StoppedBySignal(exc.signum, step, checkpoint, exc.where, exc.previous_handler)
     key = "interrupted" if isinstance(stopped, Interrupted) else "preempted"
-    command = command or " ".join(sys.argv)
+    command = command or shlex.join(sys.argv)
     write_config_record(cfg, run_dir, command, status="interrupted",
                         extra={key: {"signal": signal.Signals(stopped.signum).name, "step": step,
                                      "checkpoint": checkpoint, "resume_with": command, "phase": "before training"}})

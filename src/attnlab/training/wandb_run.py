@@ -21,6 +21,23 @@ log = logging.getLogger("attnlab")
 WANDB_ID_FILE = "wandb_run_id"
 
 
+_SAID_DISABLED: list[bool] = []
+
+
+def wants_wandb(cfg: DictConfig) -> bool:
+    """``logger=wandb`` unless wandb itself is switched off (``WANDB_MODE=disabled`` or ``WANDB_DISABLED``):
+    then no wandb run exists, so none is built, named in the record or resumed (said once)."""
+    if cfg.logger.get("wandb") is None:
+        return False
+    disabled = os.environ.get("WANDB_MODE", "").lower() == "disabled" or \
+        os.environ.get("WANDB_DISABLED", "").lower() in ("1", "true", "yes")
+    if disabled and not _SAID_DISABLED:
+        _SAID_DISABLED.append(True)
+        log.info("logger=wandb, but wandb is disabled in this environment (WANDB_MODE / WANDB_DISABLED): nothing "
+                 "goes to wandb; the CSV log and the run record are complete")
+    return not disabled
+
+
 def wandb_run_id(run_dir: Path, ckpt: dict[str, Any] | None) -> str:
     """The wandb run to log into: the resumed checkpoint's, else this run folder's, else a new one."""
     from attnlab.results.record import atomic_write_text
