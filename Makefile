@@ -9,10 +9,11 @@ STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 # Committed run records (results.json, config, small artifacts) behind the committed tables in results/.
 PUBLISHED ?= results/runs
-# Files whose generated blocks `make tables` fills: README.md's tables, each paper's "What held" claims.
+# Files whose generated blocks `make tables` fills: the tables of README.md and docs/*.md (each block lives on
+# its subject's page), each paper's "What held" claims in experiments/<paper>/README.md.
 empty :=
 comma := ,
-TABLE_READMES := [$(subst $(empty) $(empty),$(comma),README.md $(sort $(wildcard experiments/*/README.md)))]
+TABLE_PAGES := [$(subst $(empty) $(empty),$(comma),README.md $(sort $(wildcard docs/*.md experiments/*/README.md)))]
 DEMO_DIR := runs/demo/$(shell date +%Y-%m-%d_%H-%M-%S)
 # Our machines keep real datasets in ../shared/data; elsewhere set ATTNLAB_DATA_ROOT (or paths.data_root).
 ifneq ($(wildcard ../shared/data),)
@@ -82,10 +83,10 @@ baselines: $(STAMP) ## Compute the trivial baseline of every published run's tas
 	$(BIN)/python -m attnlab.cli.baselines --runs $(PUBLISHED) --out results/baselines --data-root $(ATTNLAB_DATA_ROOT)
 
 tables: $(STAMP) ## Rebuild every results table and results/CLAIMS.md from the committed run records in results/runs (no training)
-	$(BIN)/attnlab-table table=all runs=$(PUBLISHED) out=results/ readme=$(TABLE_READMES)
+	$(BIN)/attnlab-table table=all runs=$(PUBLISHED) out=results/ readme=$(TABLE_PAGES)
 
-check-tables: $(STAMP) ## Fail unless every committed table, results/CLAIMS.md and the README's benchmark table are what results/ gives (CI runs this)
-	$(BIN)/attnlab-table table=all runs=$(PUBLISHED) out=results/ readme=$(TABLE_READMES) check=true
+check-tables: $(STAMP) ## Fail unless every committed table, results/CLAIMS.md and the documented tables (README.md, docs/) are what results/ gives (CI runs this)
+	$(BIN)/attnlab-table table=all runs=$(PUBLISHED) out=results/ readme=$(TABLE_PAGES) check=true
 	$(BIN)/python benchmarks/summary.py --check
 
 publish-runs: $(STAMP) ## Copy the records of finished preset runs (RUNS=runs) into results/runs for committing

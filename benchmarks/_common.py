@@ -108,7 +108,7 @@ def goal(key: str, what: str, value: dict[str, float] | float, target: float | N
          unit: str = "x", digits: int = 2, scale: float = 1.0, note: str = "") -> dict:
     """One goal's verdict: judged on the median (or the single value) against ``target`` (``None``: a number
     reported without a target). Printed as one line and returned for ``write_results(goals=...)``, from
-    which benchmarks/summary.py writes the README's performance table."""
+    which benchmarks/summary.py writes the performance table of docs/performance.md."""
     median = value["median"] if isinstance(value, dict) else value
     if target is None:
         met, status = None, "report"
@@ -126,7 +126,7 @@ def goal(key: str, what: str, value: dict[str, float] | float, target: float | N
 
 
 def unmeasured_goal(key: str, what: str, target: str, why: str) -> dict:
-    """A goal this run could not measure, kept (and printed) so that the README says so instead of dropping it."""
+    """A goal this run could not measure, kept (and printed) so that the docs say so instead of dropping it."""
     record = {"key": key, "what": what, "measured": None, "shown": "-", "target": target, "met": None,
               "status": f"not measured: {why}", "note": ""}
     print(f"- goal {record['key']}: {goal_line(record).removeprefix('- ')}", flush=True)

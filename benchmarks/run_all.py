@@ -1,6 +1,6 @@
 """``make bench``: every benchmark in turn; each prints its goals' ratios (min/median/max) and writes
-results/bench/<name>.md (+ .json, .png); then benchmarks/summary.py writes the README's benchmark table from
-them. Pass --quick for a smoke run (results/bench/quick/, README untouched)."""
+results/bench/<name>.md (+ .json, .png); then benchmarks/summary.py writes the benchmark table of
+docs/performance.md from them. Pass --quick for a smoke run (results/bench/quick/, docs untouched)."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ def main() -> int:
         extra = [a for a in args if a == "--quick"]
         if subprocess.run([sys.executable, str(HERE / script), *extra], cwd=HERE.parent).returncode:
             failed.append(script)
-    if "--quick" not in args:  # a smoke run writes under results/bench/quick/, never into the README
+    if "--quick" not in args:  # a smoke run writes under results/bench/quick/, never into the docs
         subprocess.run([sys.executable, str(HERE / "summary.py")], cwd=HERE.parent, check=True)
     if failed:
         print(f"failed: {', '.join(failed)}", file=sys.stderr)

@@ -1,8 +1,10 @@
-"""The README's benchmark table, written from the goal verdicts that each benchmark keeps in
-results/bench/<name>.json (``write_results(goals=...)``), so the README's numbers are the benchmarks' output.
+"""The benchmark table of docs/performance.md, written from the goal verdicts that each benchmark keeps in
+results/bench/<name>.json (``write_results(goals=...)``), so the documented numbers are the benchmarks' output.
 
-    python benchmarks/summary.py            # rewrite the block between the README's attnlab-bench markers
-    python benchmarks/summary.py --check    # exit 1 if the README's block differs (make check-tables)
+    python benchmarks/summary.py            # rewrite the block between the attnlab-bench markers
+    python benchmarks/summary.py --check    # exit 1 if a block differs (make check-tables)
+
+The block lives in docs/performance.md; README.md is filled as well if it carries the markers.
 
 `make bench` runs it after a full (not --quick) run. It imports neither torch nor the benchmarks.
 """
@@ -18,9 +20,10 @@ from attnlab.results.record import atomic_write_text
 
 REPO = Path(__file__).resolve().parents[1]
 BENCH = REPO / "results" / "bench"
-README = REPO / "README.md"
+# The pages whose attnlab-bench block is filled: the performance page, and README.md if it has the markers.
+PAGES = (REPO / "docs" / "performance.md", REPO / "README.md")
 START, END = "<!-- attnlab-bench -->", "<!-- /attnlab-bench -->"
-# The benchmarks with goals, in the README's order; benchmarks/bench_<name>.py measures each.
+# The benchmarks with goals, in the table's order; benchmarks/bench_<name>.py measures each.
 NAMES = ("sweep", "startup", "batching", "decoding", "bigbird", "training")
 
 
@@ -75,28 +78,47 @@ def render(bench_dir: Path = BENCH) -> str:
 
 def replace_block(text: str, block: str) -> str:
     if START not in text or END not in text:
-        raise SystemExit(f"README.md has no {START} ... {END} block: add the two markers to its performance section")
+        raise SystemExit(f"no {START} ... {END} block: add the two markers to docs/performance.md's results section")
     head, rest = text.split(START, 1)
     _, tail = rest.split(END, 1)
     return head + block + tail
 
 
+def _name(path: Path) -> str:
+    return str(path.relative_to(REPO) if path.is_relative_to(REPO) else path)
+
+
+def pages() -> dict[Path, str]:
+    """The text of every page of PAGES that carries the block; SystemExit when none does."""
+    found = {p: p.read_text() for p in PAGES if p.is_file() and START in p.read_text()}
+    if not found:
+        raise SystemExit(f"no page of {', '.join(map(_name, PAGES))} has the {START} ... "
+                         f"{END} block: add the two markers to docs/performance.md's results section")
+    return found
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--check", action="store_true", help="exit 1 if README.md's block is not the generated one")
+    ap.add_argument("--check", action="store_true", help="exit 1 if a page's block is not the generated one")
     a = ap.parse_args()
-    text = README.read_text()
-    new = replace_block(text, render())
+    block = render()
+    stale = []
+    for path, text in pages().items():
+        new = replace_block(text, block)
+        if new == text:
+            continue
+        name = _name(path)
+        if a.check:
+            stale.append(name)
+        else:
+            atomic_write_text(path, new)  # a kill leaves the old page or the new one
+            print(f"{name}: benchmark block rewritten")
     if a.check:
-        if new != text:
-            print("README.md's benchmark block differs from results/bench/*.json: run `python benchmarks/summary.py`",
-                  file=sys.stderr)
+        if stale:
+            print(f"{', '.join(stale)}: the benchmark block differs from results/bench/*.json: run "
+                  "`python benchmarks/summary.py`", file=sys.stderr)
             return 1
-        print("README.md's benchmark block matches results/bench/*.json")
-        return 0
-    if new != text:
-        atomic_write_text(README, new)  # a kill leaves the old README or the new one
-        print("README.md: benchmark block rewritten")
+        print("the benchmark block matches results/bench/*.json")
     return 0
 
 

@@ -27,7 +27,7 @@ HARDWARE ?= cpu
 ARGS ?=
 # On CPU hardware the rows x seeds run JOBS at a time (Hydra's joblib launcher), each with CORES/JOBS torch
 # threads: it fills the machine, though on 2 cores it gains little over one job at 2 threads (1.13x measured
-# on six UT Table 4 runs: README "Performance", results/bench/sweep.md).
+# on six UT Table 4 runs: docs/performance.md, results/bench/sweep.md).
 # LAUNCHER=basic runs them one after another; LAUNCHER=submitit_slurm_attnlab sends them to SLURM.
 CORES := $(shell nproc 2>/dev/null || echo 1)
 JOBS ?= $(CORES)
@@ -134,7 +134,7 @@ reproduce-ut-table5: $(STAMP) ## UT Table 5: Learning to Execute memorization (c
 reproduce-ut-table6: $(STAMP) ## UT Table 6: Learning to Execute program evaluation (program/control/addition)
 	$(call reproduce,ut/table6)
 
-# Synthesizer Tables 4-5, the T5 path (README "T5-style path"): per attention row and seed, span-corruption
+# Synthesizer Tables 4-5, the T5 path (docs/tasks.md, "T5-style path"): per attention row and seed, span-corruption
 # pre-training (synthesizer/t5/pretrain_<row>), then the GLUE (Table 4) or SuperGLUE (Table 5) mixture trained
 # from those weights (synthesizer/t5/multitask_<benchmark>_<row>, init_from = the pre-training's
 # checkpoints/last.ckpt). Pre-training runs go to fixed folders, $(T5_PRETRAIN_DIR)/synthesizer/t5/pretrain_<row>-s<seed>,

@@ -1,4 +1,4 @@
-"""Extension by config (README "Add your own"): the example in examples/extension adds an attention variant,
+"""Extension by config (docs/extending.md): the example in examples/extension adds an attention variant,
 a task, callbacks, a logger, an optimizer and a schedule without editing attnlab, and runs end to end."""
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Listed in a run's ``plugins`` (see conf/experiment/sort_tempered.yaml), this file is imported before the
 config is checked: the decorators register the variant and the task, and the callback is found by its
-``_target_``. README "Add your own" walks through it; tests/test_extension.py runs it end to end.
+``_target_``. docs/extending.md walks through it; tests/test_extension.py runs it end to end.
 """
 
 from __future__ import annotations

@@ -166,8 +166,8 @@ def test_goal_verdicts_judge_the_median_in_the_stated_direction():
         goal("t", "bad", 1.0, 1.0, ">")
 
 
-def test_readme_benchmark_block_is_written_from_the_recorded_goals(tmp_path, monkeypatch):
-    """A benchmark's json with goals gives one README row per goal and its machine line; a json from before
+def test_benchmark_block_is_written_from_the_recorded_goals(tmp_path, monkeypatch):
+    """A benchmark's json with goals gives one table row per goal and its machine line; a json from before
     goals were recorded, or none at all, is named with the command that measures it - never left out."""
     import json
 
@@ -190,14 +190,20 @@ def test_readme_benchmark_block_is_written_from_the_recorded_goals(tmp_path, mon
     assert summary.replace_block(readme, block) == "intro\n" + block + "\noutro\n"
     with pytest.raises(SystemExit, match="no <!-- attnlab-bench -->"):
         summary.replace_block("no markers", block)
+    monkeypatch.setattr(summary, "PAGES", (tmp_path / "no_markers.md",))
+    (tmp_path / "no_markers.md").write_text("intro\n")
+    with pytest.raises(SystemExit, match="no page of .*no_markers.md has the <!-- attnlab-bench -->"):
+        summary.pages()
 
 
-def test_committed_readme_benchmark_block_matches_results_bench():
+def test_committed_benchmark_block_matches_results_bench():
     sys.path.insert(0, str(REPO))
     from benchmarks import summary
 
-    text = summary.README.read_text()
-    assert summary.replace_block(text, summary.render()) == text, "run `python benchmarks/summary.py`"
+    pages = summary.pages()
+    assert REPO / "docs" / "performance.md" in pages  # the table lives with the benchmarks' documentation
+    for path, text in pages.items():
+        assert summary.replace_block(text, summary.render()) == text, f"{path}: run `python benchmarks/summary.py`"
 
 
 def _bigbird_mlm(impl: str, layers: int = 2):

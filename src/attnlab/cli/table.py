@@ -174,8 +174,8 @@ README_BLOCK = re.compile(r"(<!-- attnlab-table: (\S+) -->\n)(.*?)(<!-- /attnlab
 
 
 def readme_block(built) -> str:
-    """A generated table as it appears inside README.md: title, caption, table and footnotes (the Sources
-    list, with its long paths, stays in results/<paper>/<table>.md, which the block names)."""
+    """A generated table as it appears inside a page (README.md, docs/*.md): title, caption, table and footnotes
+    (the Sources list, with its long paths, stays in results/<paper>/<table>.md, which the block names)."""
     md = render_markdown(built).split("\n## Sources")[0].rstrip("\n").splitlines()
     title = md[0].removeprefix("# ")
     return "\n".join([f"**{title}**", *md[1:], "", f"Sources (run record and command of every number): "

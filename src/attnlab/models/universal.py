@@ -9,7 +9,7 @@ Registers two recurrences (the stack contract is in ``recurrence.py``):
   ``halting_probability``, ``remainders`` (R), ``n_updates`` (N), ``still_running``,
   ``new_halted``, ``update_weights``.
 
-Decisions (design decisions 10-16, docs/design_decisions.md; README "Universal Transformer" explains each option):
+Decisions (design decisions 10-16, docs/design_decisions.md; docs/universal_transformer.md explains each option):
 
 - P^t = sinusoidal position + timestep signal, t = 1..T as in eq. 6-7 (T2T indexes steps from 0);
   ``timestep_embedding=learned`` is T2T's default.

@@ -14,7 +14,7 @@ sweeps kept in different folders, as paths never change a result.
 
 Two configurations are the same when they agree on every key both have: a key that only one has was added
 to (or removed from) a preset after the other ran, with its old behaviour as the default (the rule for
-adding keys, README "Tables"), so a committed record stays valid when a preset grows.
+adding keys, docs/tables_and_claims.md, "Tables"), so a committed record stays valid when a preset grows.
 """
 
 from __future__ import annotations

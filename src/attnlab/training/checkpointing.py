@@ -88,8 +88,8 @@ def load_checkpoint_file(path: str | os.PathLike, map_location: Any = "cpu") -> 
         if re.search(r"(?i)unsupported global|GLOBAL [\w.]+|unrecognized function", text):
             raise CheckpointError(
                 f"checkpoint {path} is unsafe and was not loaded: it needs arbitrary unpickling"
-                f"{_unsupported_global(text)}; only tensors and plain containers are loaded (see README "
-                f"'When things go wrong')"
+                f"{_unsupported_global(text)}; only tensors and plain containers are loaded (see "
+                f"docs/reliability.md, 'Safe loading')"
             ) from None
         raise CheckpointError(f"checkpoint {path} is corrupt or truncated (not a torch checkpoint)") from None
     except Exception as exc:  # noqa: BLE001 - whatever a damaged file makes torch.load raise, it is unusable

@@ -195,7 +195,7 @@ def _get(cfg: DictConfig, dotted: str):
     return OmegaConf.select(cfg, dotted, throw_on_missing=False)
 
 
-# Keys that take your own class instead of a built-in name (README "Add your own").
+# Keys that take your own class instead of a built-in name (docs/extending.md).
 TARGET_ALLOWED = ("optim.optimizer", "optim.schedule")
 
 
@@ -312,7 +312,7 @@ def validate(cfg: DictConfig) -> None:
     from attnlab.plugins import load_plugins
     from attnlab.tasks.schemas import task_schema
 
-    load_plugins(cfg)  # the variants, tasks and classes of the user's own modules (README "Add your own")
+    load_plugins(cfg)  # the variants, tasks and classes of the user's own modules (docs/extending.md)
 
     attention = view.model.attention.get("name")
     if attention not in available():

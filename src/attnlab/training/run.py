@@ -285,7 +285,7 @@ def build_loggers(cfg: DictConfig, run_dir: Path, *, resume_ckpt: dict[str, Any]
 
 def instantiate_own(section: DictConfig, path: str, **defaults: Any) -> list:
     """The entries of ``section`` that name their own class with ``_target_`` (a logger or callback added
-    by a config file, README "Add your own"), instantiated with the arguments written beside it; each of
+    by a config file, docs/extending.md), instantiated with the arguments written beside it; each of
     ``defaults`` (a logger's ``save_dir``: the run folder) is passed where the class takes it and the
     config leaves it out."""
     import inspect

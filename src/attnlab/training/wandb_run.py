@@ -1,7 +1,7 @@
 """The run's wandb side: which wandb run it logs into, the logger, the record published to it, and closing it.
 
 Every function here is best-effort by design: a logging backend must never stop or fail a training run, so
-each failure is logged as one warning and training goes on (README "wandb"). Offline unless the user sets
+each failure is logged as one warning and training goes on (docs/runs.md, "wandb"). Offline unless the user sets
 ``WANDB_MODE``.
 """
 

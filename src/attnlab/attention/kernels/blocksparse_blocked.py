@@ -9,7 +9,7 @@ is documented there), held equal to it in value and gradient by ``tests/attentio
 - no attention dropout;
 - ETC keys (``extra_k``/``extra_v``, shared by every query) are scored with every row.
 
-Why it is faster than the reference under autograd (numbers in README "Performance"):
+Why it is faster than the reference under autograd (numbers in docs/performance.md):
 
 1. Query rows are processed in chunks sized to stay in cache (``chunk_bytes``): the gathered key and value
    blocks of a chunk are built with ``index_select`` and dropped after the chunk; they are never
