@@ -18,9 +18,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-
-class ConfigError(ValueError):
-    """A bad configuration; the message is one line."""
+from attnlab.errors import ConfigError  # defined below plugins (which raise it); callers import it from here too
 
 
 @dataclass
