@@ -81,7 +81,7 @@ def build_tables(cfg: Mapping[str, Any] | DictConfig) -> list[Path]:
                 file=sys.stderr,
             )
     elif not cfg.get("entity") and not cfg.get("project"):  # offline runs' files under runs=
-        from attnlab.cli.wandb_io import offline_wandb_records
+        from attnlab.cli.wandb_source import offline_wandb_records
 
         records, corrupt = offline_wandb_records(_as_list(cfg.get("runs", "runs/")), skip_corrupt=skip)
     else:
@@ -141,7 +141,7 @@ def build_tables(cfg: Mapping[str, Any] | DictConfig) -> list[Path]:
     for path in written:
         print(f"wrote {path}")
     if cfg.get("wandb") or cfg.get("logger") == "wandb":
-        from attnlab.cli.wandb_io import upload_tables
+        from attnlab.cli.wandb_source import upload_tables
 
         run_id = upload_tables(written, entity=cfg.get("entity"), project=cfg.get("project"), name=table,
                                folder=Path(cfg.get("out") or "results/"))
