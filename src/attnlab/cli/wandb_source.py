@@ -1,4 +1,5 @@
-"""wandb for ``attnlab-table``: read offline runs' files back as run records, and send built tables as artifacts.
+"""``attnlab-table source=wandb``: wandb runs read back as run records, from the wandb API or from offline runs'
+files (this floor may import wandb; results/ may not).
 
 An offline run (``WANDB_MODE=offline``, attnlab's default here) keeps everything in its transaction log
 ``<run>/wandb/offline-run-*/run-<id>.wandb`` until ``wandb sync`` uploads it: a LevelDB-style log of
@@ -10,10 +11,13 @@ the round trip training -> wandb -> table is testable without network.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
+
+from attnlab.results.errors import TableError
+from attnlab.results.loading import Corrupt, Loaded, corrupt_hint
+from attnlab.results.record import config_hash, sanitize_record, validate_record
 
 BLOCK = 32768          # the log's block size
 HEADER = b":W&B"       # file header: ident, magic 0xBEE1, version (7 bytes)
@@ -110,9 +114,6 @@ def offline_run_files(roots: list[str]) -> list[Path]:
 def offline_wandb_records(roots: list[str], skip_corrupt: bool = False):
     """(loaded, corrupt) run records of the offline wandb runs under ``roots``, through the same mapping as
     the wandb API source (``record_from_wandb``)."""
-    from attnlab.cli.table import record_from_wandb, sort_wandb_record
-    from attnlab.results.record import validate_record
-
     loaded, corrupt = [], []
     for path in offline_run_files(roots):
         try:
@@ -126,28 +127,121 @@ def offline_wandb_records(roots: list[str], skip_corrupt: bool = False):
     return loaded, corrupt
 
 
-def upload_tables(written: list[Path], *, entity: Any, project: Any, name: str, folder: Path) -> str | None:
-    """Send the built tables (markdown and PNG; CSV and LaTeX too) to wandb as one ``table`` artifact, the
-    PNGs also as images; offline unless ``WANDB_MODE`` says otherwise. The run's files go under ``folder``
-    (the tables' output folder), named explicitly: wandb otherwise reuses the directory its process-wide
-    settings took from the first run of the process. Returns the wandb run id."""
-    import wandb
+_STATE = {
+    "finished": "completed",
+    "running": "running",
+    "failed": "failed",
+    "crashed": "failed",
+    "killed": "failed",
+}
 
-    files = [p for p in written if p.suffix in (".md", ".png", ".csv", ".tex") and p.is_file()]
-    if not files:
-        return None
-    os.environ.setdefault("WANDB_MODE", "offline")
-    run = wandb.init(project=project or "attnlab", entity=entity, job_type="table", name=f"table-{name}",
-                     dir=str(folder),
-                     settings=wandb.Settings(silent=True, console="off", x_disable_stats=True))
+
+def _first(mapping: Mapping[str, Any], *paths: str) -> Any:
+    for dotted in paths:
+        node: Any = mapping
+        for part in dotted.split("."):
+            node = node.get(part) if isinstance(node, Mapping) else None
+        if node is not None:
+            return node
+    return None
+
+
+def record_from_wandb(summary: Mapping, config: Mapping, state: str, run_id: str, url: str) -> dict[str, Any]:
+    """The run-record shape from a wandb run's summary and config (the resolved Hydra config).
+
+    A run that logged its whole record (summary key ``attnlab/record``) is taken as is; otherwise the
+    fields are read from the config groups and the slash-named metrics of the summary.
+    """
+    logged = summary.get("attnlab/record")
+    if isinstance(logged, Mapping):
+        return sanitize_record({**logged, "wandb_run_id": run_id})
+    final = {
+        k: v
+        for k, v in summary.items()
+        if "/" in k
+        and not k.startswith(("_", "model/params/"))  # params go to their own field
+        and isinstance(v, (int, float))
+        and not isinstance(v, bool)
+    }
+    status = _STATE.get(state, "failed")
+    plain_config = {k: v for k, v in config.items() if not k.startswith("_")}
+    record = {
+        "schema_version": 1,
+        "status": status,
+        "error": None if status != "failed" else f"wandb run state {state}",
+        "experiment": _first(config, "experiment_name", "experiment.name"),
+        "row": _first(config, "row", "experiment.row"),
+        "task": _first(config, "task.name") or "unknown",
+        "model": {
+            "name": _first(config, "model.name") or "unknown",
+            "attention": _first(config, "model.attention.name") or "unknown",
+            "recurrence": _first(config, "model.recurrence.name") or "unknown",
+        },
+        "seed": _first(config, "seed") if isinstance(_first(config, "seed"), int) else -1,
+        "scale": _first(config, "scale.name") or "cpu",
+        "config_hash": summary.get("config_hash") or config_hash(plain_config),
+        "git": {"commit": _first(config, "git.commit"), "dirty": _first(config, "git.dirty")},
+        "hardware": {
+            "name": _first(config, "hardware.name") or "unknown",
+            "accelerator": _first(config, "hardware.accelerator", "trainer.accelerator") or "unknown",
+            "devices": _first(config, "hardware.devices", "trainer.devices") or 1,
+            "num_nodes": _first(config, "hardware.num_nodes", "trainer.num_nodes") or 1,
+            "precision": _first(config, "hardware.precision", "trainer.precision") or "32-true",
+        },
+        "metrics": {"final": final, "best": {}},
+        "params": {
+            "total": summary.get("model/params/total"),
+            "trainable": summary.get("model/params/trainable"),
+        },
+        "cost": {
+            "wall_s": summary.get("_runtime"),
+            "tokens_per_s": summary.get("perf/tokens_per_s"),
+            "peak_mem_mb": summary.get("perf/peak_mem_mb"),
+        },
+        "metric_flavours": {},
+        "wandb_run_id": run_id,
+        "run_dir": url,
+        "command": f"(wandb run {url})",
+        "created": summary.get("created") or "1970-01-01T00:00:00",
+        "versions": {},
+    }
+    return sanitize_record(record)
+
+
+def wandb_records(
+    entity: Any, project: Any, skip_corrupt: bool = False
+) -> tuple[list[Loaded], list[Corrupt]]:
+    if not entity or not project:
+        raise TableError("source=wandb needs entity=<wandb entity> project=<wandb project>")
     try:
-        artifact = wandb.Artifact(f"tables-{name}".replace("/", "-"), type="table")
-        for path in files:
-            artifact.add_file(str(path), name=f"{path.parent.name}/{path.name}")
-        run.log_artifact(artifact)
-        images = {f"tables/{p.stem}": wandb.Image(str(p)) for p in files if p.suffix == ".png"}
-        if images:
-            run.log(images)
-        return run.id
-    finally:
-        run.finish()
+        import wandb
+    except ImportError as exc:
+        raise TableError("source=wandb needs the wandb package (pip install wandb)") from exc
+    try:
+        api = wandb.Api(timeout=30)
+        runs = list(api.runs(f"{entity}/{project}"))
+    except Exception as exc:  # wandb raises many kinds (network, auth, 404); all mean the same to the user
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise TableError(
+            f"cannot read wandb runs of {entity}/{project} ({first[:200]}); check the network and "
+            "WANDB_API_KEY, or use source=local with the run folders"
+        ) from exc
+    loaded, corrupt = [], []
+    for run in runs:
+        where = Path(f"wandb:{entity}/{project}/{run.id}")
+        data = record_from_wandb(dict(run.summary), dict(run.config), run.state, run.id, run.url)
+        sort_wandb_record(where, data, validate_record(data), skip_corrupt, loaded, corrupt)
+    return loaded, corrupt
+
+
+def sort_wandb_record(where: Path, data: dict, problems: list[str], skip_corrupt: bool, loaded: list,
+                      corrupt: list) -> None:
+    """Append a record mapped from wandb to ``loaded``, or (with its problems) to ``corrupt``; without
+    ``skip_corrupt`` a problem stops the build with one line."""
+    if problems:
+        msg = f"{where}: does not map to a run record: {'; '.join(problems[:3])}"
+        if not skip_corrupt:
+            raise TableError(corrupt_hint(msg))
+        corrupt.append(Corrupt(where, msg, data))
+    else:
+        loaded.append(Loaded(where, data))
