@@ -113,7 +113,7 @@ def flops_per_example(model: dict[str, Any], kind: str, vocab: int, source: floa
 
 def sample_lengths(task_cfg: dict[str, Any], seed: int = 1) -> SampledLengths:
     """The task's training examples as the FLOP count sees them, from ``SAMPLE_EXAMPLES`` spread over the split."""
-    from attnlab.tasks.base import build_task
+    from attnlab.tasks import build_task
 
     cfg = dict(task_cfg)
     for key, cap in _SIZE_CAPS.items():

@@ -44,8 +44,9 @@ import numpy as np
 from tokenizers import Tokenizer
 from torch.utils.data import Dataset
 
-from attnlab.tasks.base import DataError, TaskData, register_task_family
+from attnlab.tasks.base import DataError, TaskData
 from attnlab.tasks.batching import IndexedSeq2SeqCollate
+from attnlab.tasks.registry import register_task_family
 from attnlab.tasks.sources import HUB_ERRORS, find_file, hf_offline, hub_error, read_lines, resolve_data_root
 from attnlab.tasks.tokenization import Detokenizer, build_tokenizer, default_cache_dir
 from attnlab.tasks.vocab import Vocab

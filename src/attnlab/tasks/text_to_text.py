@@ -52,8 +52,9 @@ from torch.utils.data import Dataset
 from torchmetrics.functional.classification import multiclass_f1_score, multiclass_matthews_corrcoef
 
 from attnlab.metrics.classification import METRICS, classification_scores
-from attnlab.tasks.base import DataError, TaskData, register_task_family
+from attnlab.tasks.base import DataError, TaskData
 from attnlab.tasks.batching import IndexedDataset
+from attnlab.tasks.registry import register_task_family
 from attnlab.tasks.sources import HubUnavailable
 from attnlab.tasks.span_corruption import shared_vocabulary
 from attnlab.tasks.tokenization import UNK_ESCAPE, Detokenizer, encode_all

@@ -19,8 +19,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from attnlab.metrics.text import bleu_signature, chrf_signature, corpus_bleu, corpus_chrf, tokenized_bleu
-from attnlab.tasks.base import DataError, TaskData, register_task_family
+from attnlab.tasks.base import DataError, TaskData
 from attnlab.tasks.batching import IndexedDataset, IndexedSeq2SeqCollate
+from attnlab.tasks.registry import register_task_family
 from attnlab.tasks.sources import find_file, load_hub_dataset, read_lines, read_segments, resolve_data_root
 from attnlab.tasks.tokenization import UNK_ESCAPE, Detokenizer, build_tokenizer, encode_all
 from attnlab.tasks.vocab import Vocab

@@ -510,9 +510,9 @@ def _check_attention_builds(view: DictConfig) -> None:
 
     from attnlab.attention import AttentionError
     from attnlab.models.blocks import LayerSpec
-    from attnlab.tasks.schemas import _SCHEMAS
+    from attnlab.tasks.schemas import task_schema
 
-    layout = getattr(_SCHEMAS.get(view.task.get("loader")), "model_layout", None)
+    layout = task_schema(view.task.get("loader")).model_layout  # the loader is checked before this
     roles: list[tuple[bool, bool]] = LAYOUT_ROLES.get(layout, [])   # (causal, cross)
     if not roles:
         return
