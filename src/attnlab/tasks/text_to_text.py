@@ -50,6 +50,7 @@ import torch
 from torch.utils.data import Dataset
 from torchmetrics.functional.classification import multiclass_f1_score, multiclass_matthews_corrcoef
 
+from attnlab.decoding.options import DecodingOptions
 from attnlab.metrics.classification import METRICS, classification_scores
 from attnlab.tasks.base import DataError, TaskData
 from attnlab.tasks.batching import IndexedDataset
@@ -352,12 +353,12 @@ def load_text_to_text(cfg: dict[str, Any], seed: int) -> TaskData:
     datasets = {"train": MixtureDataset(train, slots, mixture_seed), "val": IndexedDataset(val),
                 "test": IndexedDataset(test)}
 
-    dec = cfg.get("decoding") or {}
+    decoding = DecodingOptions.of(cfg.get("decoding"))
     longest_tgt = max(len(t) for d in (val, test) for _, t in d)
     short_decoding = None
-    if float(dec.get("max_len_a", 1.0)) == 0.0 and int(dec.get("max_len_b", 10)) < longest_tgt + 1:
+    if decoding.max_len_a == 0.0 and decoding.max_len_b < longest_tgt + 1:
         # Allowed (a smoke test may cap decoding), but every longer label then scores as invalid: say so.
-        short_decoding = (f"task.decoding.max_len_b={dec.get('max_len_b')} is shorter than the longest label "
+        short_decoding = (f"task.decoding.max_len_b={decoding.max_len_b} is shorter than the longest label "
                           f"({longest_tgt} tokens + EOS): such labels cannot be generated and count wrong")
         log.warning("%s: %s", cfg["name"], short_decoding)
     longest_src = max(len(s) for d in (val, test) for s, _ in d)

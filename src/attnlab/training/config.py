@@ -18,6 +18,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from attnlab.decoding.options import DecodingOptions
 from attnlab.errors import ConfigError  # defined below plugins (which raise it); callers import it from here too
 
 
@@ -98,17 +99,6 @@ class BatchSchema:
     sentences_per_update: int
     eval_batch_size: int
     tokens_per_update: Any = None   # int: token-budget batching (training/data.py); null: by sentences
-
-
-@dataclass
-class DecodingSchema:
-    strategy: str
-    beam_size: int
-    length_penalty_alpha: float
-    max_len_a: float
-    max_len_b: int
-    decode_in_validation: bool
-    length_penalty: str = "gnmt"    # gnmt: ((5+L)/6)^alpha (the papers) | fairseq: L^alpha (--lenpen)
 
 
 @dataclass
@@ -300,7 +290,7 @@ def validate(cfg: DictConfig) -> None:
     if view.logger.get("wandb") is not None:
         _check_section(view.logger.wandb, WandbSchema, "logger.wandb")
     if view.task.get("decoding") is not None:
-        _check_section(view.task.decoding, DecodingSchema, "task.decoding")
+        _check_section(view.task.decoding, DecodingOptions, "task.decoding")
     check_root_keys(view)
     _check_ranges(view)
     _check_loggers(view)
