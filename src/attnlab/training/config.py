@@ -520,10 +520,7 @@ def _check_attention_builds(view: DictConfig) -> None:
         with torch.device("meta"):
             modules = [spec.attention(causal=causal, cross=is_cross) for causal, is_cross in roles]
         for module in modules:
-            kernel_for = getattr(module, "kernel_for", None)
-            auto = getattr(getattr(module, "options", None), "impl", None) == "auto"  # decided at the run's shapes
-            if kernel_for is not None and not auto:
-                kernel_for(device, True)
+            module.check_device(device)
     except AttentionError as exc:
         raise ConfigError(str(exc).splitlines()[0]) from None
     except Exception:  # noqa: BLE001 - a check the meta device cannot run (a value read) is left to the real build
