@@ -145,7 +145,7 @@ def goal_beam_vs_greedy(a) -> tuple[list[str], dict]:
 
 
 def main() -> None:
-    from attnlab.decoding import beam_search
+    from attnlab.decoding.search import beam_search
     from attnlab.models import EncoderDecoder
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])

@@ -71,7 +71,7 @@ reproduce-list: ## List every reproduce target: rows, seeds, table specs, estima
 	@$(BIN)/python -m attnlab.results.listing --seeds $(SEEDS) --jobs $(JOBS) --conf $(EXPERIMENT_CONF) --experiments $(TABLE_SPECS) --published $(PUBLISHED) --scale $(if $(filter gpu,$(SCALE)),gpu,cpu)
 
 gpu-estimates: $(STAMP) ## Estimate each scale=gpu preset's GPU time from FLOPs and its data (results/gpu/estimates.json)
-	$(BIN)/python -m attnlab.results.gpu_estimate --out results/gpu/estimates.json --data-root $(ATTNLAB_DATA_ROOT)
+	$(BIN)/python -m attnlab.cli.gpu_estimate --out results/gpu/estimates.json --data-root $(ATTNLAB_DATA_ROOT)
 
 # Every reproduce target, for the hint below: one per preset folder <paper>/<table>, and the T5 path's two.
 REPRO_TARGETS := $(sort $(foreach d,$(filter-out synthesizer/t5 demo/%,$(patsubst $(EXPERIMENT_CONF)/%/,%,\

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
-from attnlab.decoding import beam_search, gnmt_length_penalty, greedy_decode
-from attnlab.decoding.search import beam_search_reference
+from attnlab.decoding.options import DecodingOptions
+from attnlab.decoding.search import beam_search, beam_search_reference, gnmt_length_penalty, greedy_decode
 from attnlab.models import EncoderDecoder
 
 CFG = dict(d_model=32, num_heads=4, d_ff=64, dropout=0.0, attention_dropout=0.0, activation_dropout=0.0,
@@ -68,7 +70,7 @@ def test_gnmt_length_penalty():
 
 # -- length penalties: GNMT and fairseq ----------------------------------------------------------------------
 def test_fairseq_length_penalty_hand_values():
-    from attnlab.decoding import fairseq_length_penalty, length_penalty_fn
+    from attnlab.decoding.search import fairseq_length_penalty, length_penalty_fn
 
     assert fairseq_length_penalty(1.0, 0.6) == 1.0
     assert fairseq_length_penalty(10.0, 1.0) == 10.0  # lenpen 1: the mean log-probability per token
@@ -84,7 +86,7 @@ def test_fairseq_length_penalty_hand_values():
 def test_unknown_length_penalty_is_one_clear_line():
     import pytest
 
-    from attnlab.decoding import length_penalty_fn
+    from attnlab.decoding.search import length_penalty_fn
 
     with pytest.raises(ValueError, match=r"^length penalty 'wu' is not known; valid: gnmt, fairseq$"):
         length_penalty_fn("wu")
@@ -114,7 +116,7 @@ def _brute_force_best(logprobs: dict[tuple[int, ...], float], penalty) -> list[i
 
 
 def test_beam_search_with_fairseq_penalty_returns_the_brute_force_best():
-    from attnlab.decoding import fairseq_length_penalty
+    from attnlab.decoding.search import fairseq_length_penalty
 
     torch.manual_seed(4)  # a model whose best hypotheses under the two penalties differ (checked below)
     vocab, max_len, alpha = 5, 4, 0.6
@@ -138,12 +140,32 @@ def test_beam_search_with_fairseq_penalty_returns_the_brute_force_best():
 
 
 def test_decoding_flavour_names_the_length_penalty():
-    from attnlab.tasks.translation import decoding_text
-
     beam = {"strategy": "beam", "beam_size": 4, "length_penalty_alpha": 0.6, "max_len_a": 1.5, "max_len_b": 10}
-    assert "GNMT length penalty ((5+L)/6)^0.6" in decoding_text(beam)
-    assert "fairseq length penalty L^0.6 (--lenpen 0.6" in decoding_text({**beam, "length_penalty": "fairseq"})
-    assert "penalty" not in decoding_text({**beam, "strategy": "greedy"})
+    assert DecodingOptions.of(beam).describe() == "beam 4, GNMT length penalty ((5+L)/6)^0.6, max length 1.5*src+10"
+    fairseq = DecodingOptions.of({**beam, "length_penalty": "fairseq"}).describe()
+    assert "fairseq length penalty L^0.6 (--lenpen 0.6" in fairseq
+    assert DecodingOptions.of({**beam, "strategy": "greedy"}).describe() == "greedy, max length 1.5*src+10"
+    with pytest.raises(ValueError, match="task.decoding.length_penalty='wu' is not valid; valid: gnmt, fairseq"):
+        DecodingOptions.of({**beam, "length_penalty": "wu"}).describe()
+
+
+def test_decoding_defaults_fill_what_a_task_or_an_old_checkpoint_leaves_out():
+    # A checkpoint written before the fairseq option has no length_penalty: it decodes with GNMT's, as it trained.
+    old = DecodingOptions.of({"strategy": "beam", "beam_size": 2, "length_penalty_alpha": 1.0, "max_len_a": 0.0,
+                              "max_len_b": 7, "decode_in_validation": False})
+    assert old.length_penalty == "gnmt" and old.max_length(100) == 7
+    assert DecodingOptions.of(None) == DecodingOptions() and DecodingOptions().max_length(5) == 15
+    assert DecodingOptions().describe() == "greedy, max length 1.0*src+10"  # what a task without task.decoding states
+
+
+def test_the_config_check_and_the_run_read_the_same_decoding_defaults():
+    from omegaconf import OmegaConf
+
+    from attnlab.training.run import decoding_config
+
+    cfg = OmegaConf.create({"task": {"name": "t", "decoding": {"strategy": "beam", "max_len_b": 3}}})
+    assert decoding_config(cfg) == {**dataclasses.asdict(DecodingOptions()), "strategy": "beam", "max_len_b": 3}
+    assert decoding_config(OmegaConf.create({"task": {"name": "t"}})) == dataclasses.asdict(DecodingOptions())
 
 
 def _eos_biased_model(seed: int, eos_bias: float):

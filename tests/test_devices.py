@@ -95,7 +95,7 @@ def test_cuda_step_matches_the_cpu(attention, recurrence, precision):
 @pytest.mark.parametrize("strategy", ["greedy", "beam"])
 def test_cuda_decoding_with_the_cache_equals_the_cpu(strategy):
     """Beam search and cached greedy decoding on CUDA give the CPU's outputs (fp32, a seeded model)."""
-    from attnlab.decoding import beam_search, greedy_decode
+    from attnlab.decoding.search import beam_search, greedy_decode
     from attnlab.training.run import build_module, build_task_data
 
     torch.backends.cuda.matmul.allow_tf32 = False

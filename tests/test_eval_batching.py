@@ -8,8 +8,7 @@ import random
 import pytest
 import torch
 
-from attnlab.decoding import greedy_decode
-from attnlab.decoding.search import beam_search_reference
+from attnlab.decoding.search import beam_search_reference, greedy_decode
 from attnlab.tasks.batching import IndexedDataset, IndexedSeq2SeqCollate
 from attnlab.training.data import EvalBatchSampler, TaskDataModule
 from attnlab.training.run import build_module, build_task_data

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from attnlab.cli.table import build_tables
-from attnlab.cli.wandb_io import offline_run_files, offline_wandb_records, read_offline_run
+from attnlab.cli.wandb_source import offline_run_files, offline_wandb_records, read_offline_run
 from attnlab.results.errors import TableError
 from attnlab.training.config import validate
 from attnlab.training.run import run

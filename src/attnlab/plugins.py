@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from attnlab.training.config import ConfigError
+from attnlab.errors import ConfigError
 
 
 class PluginError(ConfigError):

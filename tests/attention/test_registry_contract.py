@@ -215,6 +215,13 @@ def test_unknown_option_is_refused(name):
     assert "\n" not in str(err.value) and "not_an_option" in str(err.value)
 
 
+@pytest.mark.parametrize("name", NAMES)
+def test_the_default_options_serve_the_cpu(make, name):
+    # The config check calls check_device before the run folder exists; a refusal here would refuse every CPU run.
+    for causal in {False, name in CAUSAL}:
+        make(name, causal=causal).check_device(torch.device("cpu"))
+
+
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("name", NAMES)
 def test_recorded_weights_are_the_weights_the_output_used(make, name, causal):

@@ -1,12 +1,6 @@
 """What each registered recurrence declares to the floors above it."""
 
-from attnlab.models.recurrence import (
-    _EMITS_PONDER_STEPS,
-    _RECURRENCES,
-    available_recurrences,
-    emits_ponder_steps,
-    register_recurrence,
-)
+from attnlab.models.recurrence import RECURRENCES, available_recurrences, emits_ponder_steps, register_recurrence
 
 
 def test_only_act_declares_ponder_steps_and_a_name_alone_declares_nothing():
@@ -16,4 +10,10 @@ def test_only_act_declares_ponder_steps_and_a_name_alone_declares_nothing():
     try:
         assert not emits_ponder_steps("plugin_fact")
     finally:
-        _RECURRENCES.pop("plugin_fact"), _EMITS_PONDER_STEPS.discard("plugin_fact")
+        RECURRENCES._entries.pop("plugin_fact")
+
+
+def test_the_built_in_recurrences_are_registered_by_importing_the_registry_alone():
+    # the package imports stacked.py and universal.py before this module; nothing is loaded lazily on lookup
+    assert available_recurrences() == ["stacked", "ut", "ut_act"]
+    assert not emits_ponder_steps("no_such_recurrence")

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from attnlab.cli.table import build_tables, record_from_wandb
+from attnlab.cli.table import build_tables
+from attnlab.cli.wandb_source import record_from_wandb
 from attnlab.results.build import build_table
 from attnlab.results.errors import SpecError, TableError
 from attnlab.results.loading import load_records

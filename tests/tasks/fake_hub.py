@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+import attnlab.tasks.families  # noqa: F401 - see serve_hub
 from attnlab.tasks import sources as sources_module
-from attnlab.tasks.base import _load_families
 
 # Every module that binds ``load_hub_dataset`` by name at import.
 LOADER_MODULES = ("glue", "text_lm", "lra_bytes", "translation", "summarization", "sva")
@@ -17,9 +17,9 @@ def serve_hub(monkeypatch, splits: dict[str, list[dict]]) -> list[tuple]:
         asked.append((hub_id, config))
         return splits
 
-    # Every loader module is imported first: one imported while sources is patched (build_task imports them
-    # all) would bind the fake for good, and later offline tests would see a hub that answers.
-    _load_families()
+    # Every loader module is imported first (at the top of this file): one imported while sources is patched
+    # (build_task imports them all) would bind the fake for good, and later offline tests would see a hub that
+    # answers.
     for module in LOADER_MODULES:
         monkeypatch.setattr(f"attnlab.tasks.{module}.load_hub_dataset", fake)
     monkeypatch.setattr(sources_module, "load_hub_dataset", fake)

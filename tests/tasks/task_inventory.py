@@ -96,10 +96,9 @@ VOCABULARY_SIZE = 300
 def _schema_fields(loader: str | None) -> set[str]:
     import dataclasses
 
-    from attnlab.tasks.schemas import _SCHEMAS
+    from attnlab.tasks.schemas import TASK_SCHEMAS
 
-    schema = _SCHEMAS.get(loader)
-    return {f.name for f in dataclasses.fields(schema)} if schema else set()
+    return {f.name for f in dataclasses.fields(TASK_SCHEMAS.get(loader))} if loader in TASK_SCHEMAS else set()
 
 
 def shrink(node: DictConfig) -> None:

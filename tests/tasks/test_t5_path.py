@@ -30,9 +30,9 @@ from attnlab.tasks.span_corruption import (
     shared_vocabulary,
     span_corrupt,
 )
+from attnlab.tasks.t5_formats import T5_FORMATS, stsb_target
 from attnlab.tasks.text_to_text import (
     INVALID,
-    T5_FORMATS,
     EvalGroup,
     MixtureDataset,
     TextToTextScorer,
@@ -41,7 +41,6 @@ from attnlab.tasks.text_to_text import (
     mixture_slots,
     parse_label,
     parse_score,
-    stsb_target,
     t5_scores,
 )
 from tests.conftest import CONF, REPO, compose, require_shared_data

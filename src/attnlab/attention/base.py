@@ -123,6 +123,11 @@ class Attention(nn.Module):
             options = {**options, "seed": int(run_seed)}
         return options
 
+    def check_device(self, device: torch.device) -> None:
+        """Refuse (``AttentionError``, one line) options that cannot run on ``device`` at any shape, so the config
+        check fails before the run folder exists; what depends on the data's shapes is decided in the forward.
+        Every device serves the dense variants; a variant with kernels of its own overrides it (BigBird's impl)."""
+
     def allowed_pairs(self, length: int) -> torch.Tensor | None:
         """The (query, key) pairs this attention lets through among ``length`` real tokens, as a boolean mask of
         (length, length) or (heads, length, length); None where it attends densely (every key, or every earlier

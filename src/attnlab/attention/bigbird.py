@@ -441,6 +441,12 @@ class BigBirdAttention(Attention):
             out = fn(q, k, v, plan, key_padding_mask=pad, scale=scale)
         return self.out_proj(self.merge_heads(out[:, :, :length]))
 
+    def check_device(self, device: torch.device) -> None:
+        """impl=flex where FlexAttention has no kernel (with backward: training) is refused; impl=auto is decided
+        at the run's shapes (``kernel_for``)."""
+        if self.options.impl != "auto":
+            self.kernel_for(device, True)
+
     def kernel_for(self, device: torch.device, need_grad: bool, *, dtype: torch.dtype | None = None,
                    length: int | None = None, padded: bool = True) -> str:
         """The sparse kernel a forward on ``device`` uses (option ``impl``, ``auto`` resolved).

@@ -1,7 +1,10 @@
 """Registry of attention variants: one file per variant registers its class and its options dataclass.
 
 Registering stores the options dataclass beside the class (as fairseq's registry does), so the config
-validator can check ``model.attention.*`` keys and types per variant, and a duplicate name fails loudly.
+validator can check ``model.attention.*`` keys and types per variant, and a duplicate name fails loudly. The
+class declares the rest of what the floors above need: ``capabilities``, ``resolve_options`` (what only the run
+knows) and ``allowed_pairs`` (its sparsity pattern). The package ``attnlab.attention`` imports every built-in
+variant, so importing this module (which imports the package first) finds them registered.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from attnlab.attention.base import Attention, AttentionError
+from attnlab.registry import Registry
 
 
 @dataclass
@@ -26,40 +30,30 @@ class Entry:
     summary: str
 
 
-_REGISTRY: dict[str, Entry] = {}
+ATTENTION_VARIANTS: Registry[Entry] = Registry("attention variant", AttentionError)
 
 
 def register_attention(name: str, *, options: type = NoOptions, summary: str = ""):
     """Class decorator: ``@register_attention("vanilla", options=VanillaOptions, summary=...)``."""
 
     def wrap(cls: type[Attention]) -> type[Attention]:
-        if name in _REGISTRY:
-            raise ValueError(f"attention variant {name!r} is registered twice ({_REGISTRY[name].cls} and {cls})")
         if not dataclasses.is_dataclass(options):
             raise TypeError(f"options of {name!r} must be a dataclass")
+        first_doc_line = (cls.__doc__ or "").strip().split("\n")[0]
+        ATTENTION_VARIANTS.register(name, Entry(name, cls, options, summary or first_doc_line))
         cls.name = name
-        _REGISTRY[name] = Entry(name, cls, options, summary or (cls.__doc__ or "").strip().split("\n")[0])
         return cls
 
     return wrap
 
 
-def _ensure_loaded() -> None:
-    # Importing the package imports every variant file, which registers them.
-    import attnlab.attention  # noqa: F401
-
-
 def available() -> list[str]:
     """Names of every registered variant, sorted."""
-    _ensure_loaded()
-    return sorted(_REGISTRY)
+    return ATTENTION_VARIANTS.names()
 
 
 def get_entry(name: str) -> Entry:
-    _ensure_loaded()
-    if name not in _REGISTRY:
-        raise AttentionError(f"unknown attention variant {name!r}; valid: {', '.join(sorted(_REGISTRY))}")
-    return _REGISTRY[name]
+    return ATTENTION_VARIANTS.get(name)
 
 
 def build_attention(

@@ -72,7 +72,9 @@ def user_errors() -> tuple[type[BaseException], ...]:
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
-    return (*_loaded("attnlab.training.config", "ConfigError"), *_loaded("attnlab.tasks.base", "DataError"),
+    from attnlab.errors import ConfigError
+
+    return (ConfigError, *_loaded("attnlab.tasks.base", "DataError"),
             *_loaded("attnlab.attention.base", "AttentionError"),
             *_loaded("attnlab.training.checkpointing", "CheckpointError"), HydraException, OmegaConfBaseException,
             FileNotFoundError)

@@ -22,12 +22,14 @@ from typing import Any
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
+from attnlab.cli.wandb_source import offline_wandb_records, wandb_records
+from attnlab.cli.wandb_upload import upload_tables
 from attnlab.results.baselines import BASELINES_FOLDER, load_table_baselines
 from attnlab.results.build import build_table
 from attnlab.results.errors import SpecError, TableError
-from attnlab.results.loading import Corrupt, Loaded, corrupt_hint, load_records
+from attnlab.results.loading import load_records
 from attnlab.results.paper import PaperTablesError, default_experiments_dir, load_paper_tables
-from attnlab.results.record import RecordError, config_hash, sanitize_record, validate_record, write_files_atomically
+from attnlab.results.record import RecordError, write_files_atomically
 from attnlab.results.render import render_all, render_markdown, render_summary
 from attnlab.results.render.claims import render_claims_overview, render_paper_claims
 from attnlab.results.render.index import INDEX_FILENAME, render_results_index
@@ -81,8 +83,6 @@ def build_tables(cfg: Mapping[str, Any] | DictConfig) -> list[Path]:
                 file=sys.stderr,
             )
     elif not cfg.get("entity") and not cfg.get("project"):  # offline runs' files under runs=
-        from attnlab.cli.wandb_io import offline_wandb_records
-
         records, corrupt = offline_wandb_records(_as_list(cfg.get("runs", "runs/")), skip_corrupt=skip)
     else:
         records, corrupt = wandb_records(cfg.get("entity"), cfg.get("project"), skip_corrupt=skip)
@@ -141,8 +141,6 @@ def build_tables(cfg: Mapping[str, Any] | DictConfig) -> list[Path]:
     for path in written:
         print(f"wrote {path}")
     if cfg.get("wandb") or cfg.get("logger") == "wandb":
-        from attnlab.cli.wandb_io import upload_tables
-
         run_id = upload_tables(written, entity=cfg.get("entity"), project=cfg.get("project"), name=table,
                                folder=Path(cfg.get("out") or "results/"))
         print(f"wandb: tables sent as an artifact of run {run_id}" if run_id else "wandb: no table files to send")
@@ -226,132 +224,6 @@ def check_tables(files: Mapping[Path, bytes], out: Path, find_orphans: bool) -> 
             if path.suffix in TABLE_SUFFIXES and path.resolve() not in expected:
                 differ.append(f"{path} (no spec generates it)")
     return differ
-
-
-# ----------------------------------------------------------------------------------------------------------
-# wandb source (this floor may import wandb; results/ may not)
-
-_STATE = {
-    "finished": "completed",
-    "running": "running",
-    "failed": "failed",
-    "crashed": "failed",
-    "killed": "failed",
-}
-
-
-def _first(mapping: Mapping[str, Any], *paths: str) -> Any:
-    for dotted in paths:
-        node: Any = mapping
-        for part in dotted.split("."):
-            node = node.get(part) if isinstance(node, Mapping) else None
-        if node is not None:
-            return node
-    return None
-
-
-def record_from_wandb(summary: Mapping, config: Mapping, state: str, run_id: str, url: str) -> dict[str, Any]:
-    """The run-record shape from a wandb run's summary and config (the resolved Hydra config).
-
-    A run that logged its whole record (summary key ``attnlab/record``) is taken as is; otherwise the
-    fields are read from the config groups and the slash-named metrics of the summary.
-    """
-    logged = summary.get("attnlab/record")
-    if isinstance(logged, Mapping):
-        return sanitize_record({**logged, "wandb_run_id": run_id})
-    final = {
-        k: v
-        for k, v in summary.items()
-        if "/" in k
-        and not k.startswith(("_", "model/params/"))  # params go to their own field
-        and isinstance(v, (int, float))
-        and not isinstance(v, bool)
-    }
-    status = _STATE.get(state, "failed")
-    plain_config = {k: v for k, v in config.items() if not k.startswith("_")}
-    record = {
-        "schema_version": 1,
-        "status": status,
-        "error": None if status != "failed" else f"wandb run state {state}",
-        "experiment": _first(config, "experiment_name", "experiment.name"),
-        "row": _first(config, "row", "experiment.row"),
-        "task": _first(config, "task.name") or "unknown",
-        "model": {
-            "name": _first(config, "model.name") or "unknown",
-            "attention": _first(config, "model.attention.name") or "unknown",
-            "recurrence": _first(config, "model.recurrence.name") or "unknown",
-        },
-        "seed": _first(config, "seed") if isinstance(_first(config, "seed"), int) else -1,
-        "scale": _first(config, "scale.name") or "cpu",
-        "config_hash": summary.get("config_hash") or config_hash(plain_config),
-        "git": {"commit": _first(config, "git.commit"), "dirty": _first(config, "git.dirty")},
-        "hardware": {
-            "name": _first(config, "hardware.name") or "unknown",
-            "accelerator": _first(config, "hardware.accelerator", "trainer.accelerator") or "unknown",
-            "devices": _first(config, "hardware.devices", "trainer.devices") or 1,
-            "num_nodes": _first(config, "hardware.num_nodes", "trainer.num_nodes") or 1,
-            "precision": _first(config, "hardware.precision", "trainer.precision") or "32-true",
-        },
-        "metrics": {"final": final, "best": {}},
-        "params": {
-            "total": summary.get("model/params/total"),
-            "trainable": summary.get("model/params/trainable"),
-        },
-        "cost": {
-            "wall_s": summary.get("_runtime"),
-            "tokens_per_s": summary.get("perf/tokens_per_s"),
-            "peak_mem_mb": summary.get("perf/peak_mem_mb"),
-        },
-        "metric_flavours": {},
-        "wandb_run_id": run_id,
-        "run_dir": url,
-        "command": f"(wandb run {url})",
-        "created": summary.get("created") or "1970-01-01T00:00:00",
-        "versions": {},
-    }
-    return sanitize_record(record)
-
-
-def wandb_records(
-    entity: Any, project: Any, skip_corrupt: bool = False
-) -> tuple[list[Loaded], list[Corrupt]]:
-    if not entity or not project:
-        raise TableError("source=wandb needs entity=<wandb entity> project=<wandb project>")
-    try:
-        import wandb
-    except ImportError as exc:
-        raise TableError("source=wandb needs the wandb package (pip install wandb)") from exc
-    try:
-        api = wandb.Api(timeout=30)
-        runs = list(api.runs(f"{entity}/{project}"))
-    except Exception as exc:  # wandb raises many kinds (network, auth, 404); all mean the same to the user
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        raise TableError(
-            f"cannot read wandb runs of {entity}/{project} ({first[:200]}); check the network and "
-            "WANDB_API_KEY, or use source=local with the run folders"
-        ) from exc
-    loaded, corrupt = [], []
-    for run in runs:
-        where = Path(f"wandb:{entity}/{project}/{run.id}")
-        data = record_from_wandb(dict(run.summary), dict(run.config), run.state, run.id, run.url)
-        sort_wandb_record(where, data, validate_record(data), skip_corrupt, loaded, corrupt)
-    return loaded, corrupt
-
-
-def sort_wandb_record(where: Path, data: dict, problems: list[str], skip_corrupt: bool, loaded: list,
-                      corrupt: list) -> None:
-    """Append a record mapped from wandb to ``loaded``, or (with its problems) to ``corrupt``; without
-    ``skip_corrupt`` a problem stops the build with one line."""
-    if problems:
-        msg = f"{where}: does not map to a run record: {'; '.join(problems[:3])}"
-        if not skip_corrupt:
-            raise TableError(corrupt_hint(msg))
-        corrupt.append(Corrupt(where, msg, data))
-    else:
-        loaded.append(Loaded(where, data))
-
-
-# ----------------------------------------------------------------------------------------------------------
 
 
 @hydra.main(config_path="pkg://attnlab.conf", config_name="table", version_base="1.3")

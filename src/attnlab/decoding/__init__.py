@@ -1,13 +1,6 @@
-"""Greedy and beam search over any encoder-decoder with incremental caches."""
+"""Decoding: greedy and beam search over any encoder-decoder with incremental caches (``decoding.search``), and
+the options that choose between them (``decoding.options``).
 
-from attnlab.decoding.search import (
-    LENGTH_PENALTIES,
-    beam_search,
-    fairseq_length_penalty,
-    gnmt_length_penalty,
-    greedy_decode,
-    length_penalty_fn,
-)
-
-__all__ = ["LENGTH_PENALTIES", "beam_search", "fairseq_length_penalty", "gnmt_length_penalty", "greedy_decode",
-           "length_penalty_fn"]
+Import what you need from its submodule: the package itself loads nothing, so ``decoding.options`` imports
+without torch (the config check reads it before any model library).
+"""

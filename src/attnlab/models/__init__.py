@@ -5,6 +5,7 @@ Models know attention only through the registry and depth only through the recur
 (``stacked``; the Universal Transformer adds ``ut`` and ``ut_act``).
 """
 
+from attnlab.models import stacked, universal  # noqa: F401  (each import registers its recurrences)
 from attnlab.models.blocks import LayerSpec
 from attnlab.models.networks import DecoderLM, EncoderClassifier, EncoderDecoder, EncoderMLM
 from attnlab.models.recurrence import available_recurrences, build_decoder_stack, build_encoder_stack

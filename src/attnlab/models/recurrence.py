@@ -1,6 +1,8 @@
-"""Depth recurrences: how layers are applied. ``stacked`` is N distinct layers (Vaswani et al.).
+"""The registry of depth recurrences (how layers are applied) and the contract of their stacks.
 
-Contract for every recurrence (the Universal Transformer registers ``ut`` and ``ut_act`` here):
+``models/stacked.py`` registers ``stacked`` (N distinct layers, Vaswani et al.), ``models/universal.py`` the
+Universal Transformer's ``ut`` and ``ut_act``; the package ``attnlab.models`` imports both, so importing this
+module (which imports the package first) finds them registered. Contract for every recurrence:
 
 - ``EncoderStack.forward(x, padding_mask) -> (h, aux)``
 - ``DecoderStack.forward(x, memory=None, memory_padding_mask=None, padding_mask=None, cache=None)
@@ -20,46 +22,43 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-import torch
 from torch import nn
 
 from attnlab.models.blocks import LayerSpec
+from attnlab.registry import Registry
 
-_RECURRENCES: dict[str, tuple[type, type, type]] = {}
-_EMITS_PONDER_STEPS: set[str] = set()
+
+@dataclass(frozen=True)
+class Recurrence:
+    """What a depth scheme declares when it registers: its options dataclass (checked by the config validator),
+    its encoder and decoder stack classes, and whether its stacks report per-position steps (ACT), which the
+    ponder statistics callback records."""
+
+    options: type
+    encoder: type
+    decoder: type
+    emits_ponder_steps: bool = False
+
+
+RECURRENCES: Registry[Recurrence] = Registry("recurrence")
 
 
 def register_recurrence(name: str, *, options: type, encoder: type, decoder: type,
                         emits_ponder_steps: bool = False) -> None:
-    """Register a depth scheme; ``emits_ponder_steps``: its stacks report per-position steps (ACT), which the
-    ponder statistics callback records."""
-    if name in _RECURRENCES:
-        raise ValueError(f"recurrence {name!r} registered twice")
-    _RECURRENCES[name] = (options, encoder, decoder)
-    if emits_ponder_steps:
-        _EMITS_PONDER_STEPS.add(name)
+    RECURRENCES.register(name, Recurrence(options, encoder, decoder, emits_ponder_steps))
 
 
 def emits_ponder_steps(name: str) -> bool:
     """Whether the recurrence ``name`` reports per-position ponder steps (as its registration declares)."""
-    _load()
-    return name in _EMITS_PONDER_STEPS
-
-
-def _load() -> None:
-    import attnlab.models.universal  # noqa: F401  (registers ut / ut_act when present)
+    return name in RECURRENCES and RECURRENCES.get(name).emits_ponder_steps
 
 
 def available_recurrences() -> list[str]:
-    _load()
-    return sorted(_RECURRENCES)
+    return RECURRENCES.names()
 
 
 def recurrence_options(name: str) -> type:
-    _load()
-    if name not in _RECURRENCES:
-        raise ValueError(f"unknown recurrence {name!r}; valid: {', '.join(sorted(_RECURRENCES))}")
-    return _RECURRENCES[name][0]
+    return RECURRENCES.get(name).options
 
 
 def _options(cfg: dict[str, Any]):
@@ -77,46 +76,9 @@ def _options(cfg: dict[str, Any]):
 
 def build_encoder_stack(recurrence: dict[str, Any], spec: LayerSpec, num_layers: int) -> nn.Module:
     name, opts = _options(recurrence)
-    return _RECURRENCES[name][1](spec, num_layers, opts)
+    return RECURRENCES.get(name).encoder(spec, num_layers, opts)
 
 
 def build_decoder_stack(recurrence: dict[str, Any], spec: LayerSpec, num_layers: int, *, cross: bool) -> nn.Module:
     name, opts = _options(recurrence)
-    return _RECURRENCES[name][2](spec, num_layers, opts, cross=cross)
-
-
-@dataclass
-class StackedOptions:
-    """The stacked Transformer has no options beyond the model's ``num_layers``."""
-
-
-class StackedEncoder(nn.Module):
-    adds_positions = False
-
-    def __init__(self, spec: LayerSpec, num_layers: int, options: StackedOptions) -> None:
-        super().__init__()
-        self.layers = nn.ModuleList(spec.encoder_layer() for _ in range(num_layers))
-        self.final_norm = nn.LayerNorm(spec.d_model) if spec.norm_first else nn.Identity()
-
-    def forward(self, x: torch.Tensor, padding_mask: torch.Tensor | None = None):
-        for layer in self.layers:
-            x = layer(x, padding_mask)
-        return self.final_norm(x), {}
-
-
-class StackedDecoder(nn.Module):
-    adds_positions = False
-
-    def __init__(self, spec: LayerSpec, num_layers: int, options: StackedOptions, *, cross: bool) -> None:
-        super().__init__()
-        self.layers = nn.ModuleList(spec.decoder_layer(cross=cross) for _ in range(num_layers))
-        self.final_norm = nn.LayerNorm(spec.d_model) if spec.norm_first else nn.Identity()
-
-    def forward(self, x, memory=None, memory_padding_mask=None, padding_mask=None, cache=None):
-        for i, layer in enumerate(self.layers):
-            layer_cache = cache.setdefault(i, {}) if cache is not None else None
-            x = layer(x, memory, memory_padding_mask, padding_mask, cache=layer_cache)
-        return self.final_norm(x), {}
-
-
-register_recurrence("stacked", options=StackedOptions, encoder=StackedEncoder, decoder=StackedDecoder)
+    return RECURRENCES.get(name).decoder(spec, num_layers, opts, cross=cross)

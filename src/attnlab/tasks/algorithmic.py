@@ -14,8 +14,9 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from attnlab.tasks.base import DataError, TaskData, register_task_family
+from attnlab.tasks.base import DataError, TaskData
 from attnlab.tasks.batching import PairDataset
+from attnlab.tasks.registry import register_task_family
 from attnlab.tasks.vocab import Vocab, symbol_seq2seq_task
 
 PLUS = "+"

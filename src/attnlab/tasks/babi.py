@@ -18,8 +18,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from attnlab.metrics.classification import babi_scores
-from attnlab.tasks.base import DataError, TaskData, register_task_family
+from attnlab.tasks.base import DataError, TaskData
 from attnlab.tasks.batching import IndexedClassificationCollate, IndexedDataset
+from attnlab.tasks.registry import register_task_family
 from attnlab.tasks.sources import read_lines, resolve_data_root
 from attnlab.tasks.tokenization import build_tokenizer, encode_all
 

@@ -1,4 +1,4 @@
-"""The task contract and the task-family registry."""
+"""The task contract: what a task family hands to training, and the error its loaders raise."""
 
 from __future__ import annotations
 
@@ -48,56 +48,3 @@ class TaskData:
     # The raw source text of each evaluation example (text tasks), written beside the decoded outputs; where
     # absent, the outputs file shows the detokenized source ids.
     sources: dict[str, list[str]] = field(default_factory=dict)
-
-
-_FAMILIES: dict[str, Callable[[dict[str, Any], int], TaskData]] = {}
-
-
-def register_task_family(loader: str, *, schema: type | None = None):
-    """Register a function ``(task_cfg: dict, seed: int) -> TaskData`` under ``task.loader``; a loader
-    outside attnlab passes ``schema``, the dataclass of its task config (a subclass of
-    ``tasks.schemas.CommonTask``), which the config check and the loader's defaults then use."""
-
-    def wrap(fn):
-        if loader in _FAMILIES:
-            raise ValueError(f"task loader {loader!r} registered twice")
-        if schema is not None:
-            from attnlab.tasks.schemas import register_schema
-
-            register_schema(loader, schema)
-        _FAMILIES[loader] = fn
-        return fn
-
-    return wrap
-
-
-def _load_families() -> None:
-    from attnlab.tasks import (  # noqa: F401  (register)
-        algorithmic,
-        babi,
-        dialogue,
-        glue,
-        lambada,
-        listops,
-        lra_bytes,
-        lte,
-        masked_lm,
-        probes,
-        span_corruption,
-        summarization,
-        sva,
-        text_lm,
-        text_to_text,
-        translation,
-        translation_mixture,
-    )
-
-
-def build_task(task_cfg: dict[str, Any], seed: int) -> TaskData:
-    _load_families()
-    loader = task_cfg["loader"]
-    if loader not in _FAMILIES:
-        raise DataError(f"unknown task loader {loader!r}; valid: {', '.join(sorted(_FAMILIES))}")
-    from attnlab.tasks.schemas import with_defaults
-
-    return _FAMILIES[loader](with_defaults(task_cfg), seed)

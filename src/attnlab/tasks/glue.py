@@ -37,8 +37,9 @@ from attnlab.metrics.reading import (
     record_scores,
     squad_normalise,
 )
-from attnlab.tasks.base import DataError, TaskData, register_task_family
+from attnlab.tasks.base import DataError, TaskData
 from attnlab.tasks.batching import IndexedClassificationCollate, IndexedDataset
+from attnlab.tasks.registry import register_task_family
 from attnlab.tasks.sources import (
     find_file,
     load_hub_dataset,

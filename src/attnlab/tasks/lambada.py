@@ -18,8 +18,9 @@ from typing import Any
 import torch
 from torch.utils.data import Dataset
 
-from attnlab.tasks.base import DataError, TaskData, register_task_family
+from attnlab.tasks.base import DataError, TaskData
 from attnlab.tasks.batching import LMCollate
+from attnlab.tasks.registry import register_task_family
 from attnlab.tasks.sources import find_file, read_lines, resolve_data_root
 from attnlab.tasks.text_lm import BlockDataset, _first_words
 from attnlab.tasks.tokenization import build_tokenizer

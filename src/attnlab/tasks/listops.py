@@ -12,8 +12,9 @@ import random
 import statistics
 from typing import Any
 
-from attnlab.tasks.base import DataError, TaskData, register_task_family
+from attnlab.tasks.base import DataError, TaskData
 from attnlab.tasks.batching import ClassificationCollate, LabelledDataset
+from attnlab.tasks.registry import register_task_family
 from attnlab.tasks.vocab import Vocab
 
 OPS = ("[MAX", "[MIN", "[MED", "[SM")

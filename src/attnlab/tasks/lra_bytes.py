@@ -25,8 +25,9 @@ import random
 from pathlib import Path
 from typing import Any
 
-from attnlab.tasks.base import DataError, TaskData, register_task_family
+from attnlab.tasks.base import DataError, TaskData
 from attnlab.tasks.batching import ClassificationCollate, LabelledDataset
+from attnlab.tasks.registry import register_task_family
 from attnlab.tasks.sources import find_file, load_hub_dataset, read_lines, resolve_data_root
 
 BYTE_OFFSET = 4          # ids 0-3 are <pad>, <s>, </s>, <unk>

@@ -37,8 +37,9 @@ import zlib
 from collections.abc import Callable
 from typing import Any
 
-from attnlab.tasks.base import DataError, TaskData, register_task_family
+from attnlab.tasks.base import DataError, TaskData
 from attnlab.tasks.batching import PairDataset
+from attnlab.tasks.registry import register_task_family
 from attnlab.tasks.vocab import Vocab, symbol_seq2seq_task
 
 OPERATIONS = ("pair", "smallmul", "equality", "vars", "small_loop", "ifstat")

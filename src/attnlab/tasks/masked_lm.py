@@ -40,7 +40,8 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from attnlab.tasks.base import DataError, TaskData, register_task_family
+from attnlab.tasks.base import DataError, TaskData
+from attnlab.tasks.registry import register_task_family
 from attnlab.tasks.text_lm import _first_words, _split_lines, lm_tokenizer
 from attnlab.tasks.vocab import SPECIALS
 

@@ -29,7 +29,8 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from attnlab.tasks.base import DataError, TaskData, register_task_family
+from attnlab.tasks.base import DataError, TaskData
+from attnlab.tasks.registry import register_task_family
 
 OPS = ("recall", "copy", "reverse", "hops")
 SPLIT_STREAMS = {"train": 0, "val": 1, "test": 2}

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from attnlab.registry import Registry
 from attnlab.tasks.base import DataError
 
 
@@ -348,13 +349,16 @@ class ProbeTask(CommonTask):
     max_hops: int = 4                  # hops: a query asks for 1..max_hops edges
 
 
-_SCHEMAS = {"algorithmic": AlgorithmicTask, "probe": ProbeTask,
-            "listops": ListOpsTask, "text_lm": TextLMTask, "masked_lm": MaskedLMTask,
-            "translation": TranslationTask, "summarization": SummarizationTask, "dialogue": DialogueTask,
-            "babi": BabiTask, "glue": GlueTask,
-            "lambada": LambadaTask, "lte": LteTask, "sva": SvaTask, "lra_text": LraBytesTask,
-            "lra_retrieval": LraBytesTask, "span_corruption": SpanCorruptionTask,
-            "text_to_text": TextToTextTask, "translation_mixture": TranslationMixtureTask}
+# What each task family declares to the floors above: its config keys, their defaults and ``model_layout``.
+TASK_SCHEMAS: Registry[type] = Registry("task loader", DataError)
+for _loader, _schema in {
+    "algorithmic": AlgorithmicTask, "probe": ProbeTask, "listops": ListOpsTask, "text_lm": TextLMTask,
+    "masked_lm": MaskedLMTask, "translation": TranslationTask, "summarization": SummarizationTask,
+    "dialogue": DialogueTask, "babi": BabiTask, "glue": GlueTask, "lambada": LambadaTask, "lte": LteTask,
+    "sva": SvaTask, "lra_text": LraBytesTask, "lra_retrieval": LraBytesTask, "span_corruption": SpanCorruptionTask,
+    "text_to_text": TextToTextTask, "translation_mixture": TranslationMixtureTask,
+}.items():
+    TASK_SCHEMAS.register(_loader, _schema)
 
 
 def register_schema(loader: str, schema: type) -> None:
@@ -362,24 +366,20 @@ def register_schema(loader: str, schema: type) -> None:
 
     if not (dataclasses.is_dataclass(schema) and issubclass(schema, CommonTask)):
         raise TypeError(f"the schema of task loader {loader!r} must be a dataclass subclassing CommonTask")
-    if loader in _SCHEMAS and _SCHEMAS[loader] is not schema:
-        raise ValueError(f"task loader {loader!r} has a schema already")
-    _SCHEMAS[loader] = schema
+    TASK_SCHEMAS.register(loader, schema)
 
 
 def task_schema(loader: str) -> type:
-    if loader not in _SCHEMAS:
-        raise DataError(f"task.loader={loader!r}; valid: {', '.join(sorted(_SCHEMAS))}")
-    return _SCHEMAS[loader]
+    return TASK_SCHEMAS.get(loader)
 
 
 def with_defaults(cfg: dict[str, Any]) -> dict[str, Any]:
     """``cfg`` with the schema's default for every key it leaves out (loaders then index keys directly)."""
     import dataclasses
 
-    schema = _SCHEMAS.get(cfg.get("loader"))
-    if schema is None:
+    if cfg.get("loader") not in TASK_SCHEMAS:
         return cfg
+    schema = TASK_SCHEMAS.get(cfg["loader"])
     out = dict(cfg)
     for f in dataclasses.fields(schema):
         if f.name not in out:

@@ -44,9 +44,10 @@ import numpy as np
 from tokenizers import Tokenizer
 from torch.utils.data import Dataset
 
-from attnlab.tasks.base import DataError, TaskData, register_task_family
+from attnlab.tasks.base import DataError, TaskData
 from attnlab.tasks.batching import IndexedSeq2SeqCollate
 from attnlab.tasks.disk_cache import write_entry
+from attnlab.tasks.registry import register_task_family
 from attnlab.tasks.sources import (
     HUB_ERRORS,
     find_file,
@@ -56,6 +57,7 @@ from attnlab.tasks.sources import (
     read_lines,
     resolve_data_root,
 )
+from attnlab.tasks.t5_formats import format_words  # the label words must be spellable (shared_vocabulary)
 from attnlab.tasks.tokenization import Detokenizer, build_tokenizer, default_cache_dir, load_cached_tokenizer
 from attnlab.tasks.vocab import Vocab
 
@@ -270,8 +272,6 @@ def vocabulary_key(cfg: dict[str, Any], data_root: str | os.PathLike, extra_text
 def shared_vocabulary(cfg: dict[str, Any], *, data_root: str | os.PathLike,
                       cache_dir: str | os.PathLike | None = None) -> SharedVocabulary:
     """The tokenizer both T5-style tasks use: learned once on the vocabulary corpus, then loaded by key."""
-    from attnlab.tasks.text_to_text import format_words  # the label words must be spellable (see below)
-
     _check_vocabulary(cfg)
     # T5's SentencePiece vocabulary spells every task prefix and label word; a small corpus may lack a
     # character of them (WikiText-2 has no "_", needed by not_entailment), so one line of them joins the text.

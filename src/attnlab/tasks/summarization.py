@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from attnlab.metrics.text import rouge_f1
-from attnlab.tasks.base import DataError, TaskData, register_task_family
+from attnlab.tasks.base import DataError, TaskData
+from attnlab.tasks.registry import register_task_family
 from attnlab.tasks.sources import find_file, load_hub_dataset, read_jsonl, resolve_data_root
 from attnlab.tasks.translation import text_seq2seq_task
 

@@ -23,8 +23,9 @@ import random
 from dataclasses import dataclass
 from typing import Any
 
-from attnlab.tasks.base import DataError, TaskData, register_task_family
+from attnlab.tasks.base import DataError, TaskData
 from attnlab.tasks.batching import IndexedClassificationCollate, IndexedDataset
+from attnlab.tasks.registry import register_task_family
 from attnlab.tasks.sources import find_file, load_hub_dataset, read_tsv, resolve_data_root
 from attnlab.tasks.tokenization import build_tokenizer, encode_all
 

@@ -20,8 +20,9 @@ import torch
 from tokenizers import Tokenizer, models, pre_tokenizers
 from torch.utils.data import Dataset
 
-from attnlab.tasks.base import DataError, TaskData, register_task_family
+from attnlab.tasks.base import DataError, TaskData
 from attnlab.tasks.batching import LMCollate
+from attnlab.tasks.registry import register_task_family
 from attnlab.tasks.sources import find_file, load_hub_dataset, read_lines, resolve_data_root
 from attnlab.tasks.tokenization import build_tokenizer
 from attnlab.tasks.vocab import SPECIALS

@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import logging
 import math
-import re
 import warnings
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -51,96 +50,20 @@ import torch
 from torch.utils.data import Dataset
 from torchmetrics.functional.classification import multiclass_f1_score, multiclass_matthews_corrcoef
 
+from attnlab.decoding.options import DecodingOptions
 from attnlab.metrics.classification import METRICS, classification_scores
-from attnlab.tasks.base import DataError, TaskData, register_task_family
+from attnlab.tasks.base import DataError, TaskData
 from attnlab.tasks.batching import IndexedDataset
+from attnlab.tasks.registry import register_task_family
 from attnlab.tasks.sources import HubUnavailable
 from attnlab.tasks.span_corruption import shared_vocabulary
+from attnlab.tasks.t5_formats import T5_FORMATS, T5Format
 from attnlab.tasks.tokenization import UNK_ESCAPE, Detokenizer, encode_all
 
 log = logging.getLogger("attnlab")
 
 INVALID = -1  # a generation that is no label word (T5's default class id)
 INVALID_SCORE = -1.0  # STS-B text that is no number (T5's string_to_float default)
-
-
-# -- T5's formats -------------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class T5Format:
-    """How T5 writes one task: prefix, the member's text fields by name (in the member config's order),
-    label words by class index (None: STS-B's score), and the fields' order in the input (None: sorted)."""
-
-    benchmark: str
-    fields: tuple[str, ...]
-    labels: tuple[str, ...] | None
-    order: tuple[str, ...] | None = None
-    local_fields: tuple[str, ...] | None = None  # replaces the member's text_fields (WSC needs span indices)
-    hub_fields: tuple[str, ...] | None = None
-
-    def inputs(self, values: list[Any]) -> str:
-        named = dict(zip(self.fields, values))
-        if self.benchmark == "wsc":
-            return wsc_input(**named)
-        parts = [self.benchmark]
-        for name in self.order or tuple(sorted(self.fields)):
-            parts += [f"{name}:", str(named[name]).strip()]
-        return " ".join(parts)
-
-    def target(self, label: float | int) -> str:
-        return stsb_target(float(label)) if self.labels is None else self.labels[int(label)]
-
-
-NLI3 = ("entailment", "neutral", "contradiction")
-BOOL = ("False", "True")
-T5_FORMATS: dict[str, T5Format] = {
-    "glue/cola": T5Format("cola", ("sentence",), ("unacceptable", "acceptable")),
-    "glue/sst2": T5Format("sst2", ("sentence",), ("negative", "positive")),
-    "glue/mrpc": T5Format("mrpc", ("sentence1", "sentence2"), ("not_equivalent", "equivalent")),
-    "glue/stsb": T5Format("stsb", ("sentence1", "sentence2"), None),
-    "glue/qqp": T5Format("qqp", ("question1", "question2"), ("not_duplicate", "duplicate")),
-    "glue/mnli": T5Format("mnli", ("premise", "hypothesis"), NLI3),
-    "glue/qnli": T5Format("qnli", ("question", "sentence"), ("entailment", "not_entailment")),
-    "glue/rte": T5Format("rte", ("sentence1", "sentence2"), ("entailment", "not_entailment")),
-    "glue/wnli": T5Format("wnli", ("sentence1", "sentence2"), ("not_entailment", "entailment")),
-    "superglue/boolq": T5Format("boolq", ("question", "passage"), BOOL),
-    "superglue/cb": T5Format("cb", ("premise", "hypothesis"), ("entailment", "contradiction", "neutral")),
-    "superglue/copa": T5Format("copa", ("premise", "question", "choice1", "choice2"), ("choice1", "choice2")),
-    "superglue/rte": T5Format("rte", ("premise", "hypothesis"), ("entailment", "not_entailment")),
-    # T5 orders WiC's fields explicitly and leaves out the word's positions (glue_utils).
-    "superglue/wic": T5Format("wic", ("word", "sentence1", "sentence2"), BOOL,
-                              order=("sentence1", "sentence2", "word")),
-    "superglue/wsc": T5Format(
-        "wsc", ("text", "span1_text", "span1_index", "span2_text", "span2_index"), BOOL,
-        local_fields=("text", "target.span1_text", "target.span1_index", "target.span2_text", "target.span2_index"),
-        hub_fields=("text", "span1_text", "span1_index", "span2_text", "span2_index")),
-}
-
-
-def stsb_target(score: float) -> str:
-    """T5's STS-B target: the score rounded to the nearest 0.2, one decimal (``tf.round`` rounds halves to even)."""
-    return f"{round(score * 5) / 5:.1f}"
-
-
-def _mark_span(text: str, span: str, index: int, mark: str) -> str:
-    pattern = rf"^((?:\S+\s){{{int(index)}}})({re.escape(str(span))})"
-    return re.sub(pattern, lambda m: f"{m.group(1)}{mark} {m.group(2)} {mark}", text, count=1)
-
-
-def wsc_input(text: str, span1_text: str, span1_index: int, span2_text: str, span2_index: int) -> str:
-    """T5's ``wsc``: ``*`` around the noun (span 1), ``#`` around the pronoun (span 2)."""
-    text = _mark_span(str(text), span1_text, span1_index, "*")
-    # The first mark added two words before span 2 when span 1 comes first (T5's compensation).
-    text = _mark_span(text, span2_text, int(span2_index) + 2 * (int(span1_index) < int(span2_index)), "#")
-    return f"wsc text: {text}"
-
-
-def format_words() -> str:
-    """Every task prefix, field name and label word of the formats, and the STS-B targets, on one line."""
-    words = {"*", "#"} | {stsb_target(i / 5) for i in range(26)}
-    for fmt in T5_FORMATS.values():
-        words |= {fmt.benchmark, *(f"{f}:" for f in fmt.order or fmt.fields), *(fmt.labels or ())}
-    words.add("text:")
-    return " ".join(sorted(words))
 
 
 # -- from generated text back to labels, and scores ----------------------------------------------------------
@@ -430,12 +353,12 @@ def load_text_to_text(cfg: dict[str, Any], seed: int) -> TaskData:
     datasets = {"train": MixtureDataset(train, slots, mixture_seed), "val": IndexedDataset(val),
                 "test": IndexedDataset(test)}
 
-    dec = cfg.get("decoding") or {}
+    decoding = DecodingOptions.of(cfg.get("decoding"))
     longest_tgt = max(len(t) for d in (val, test) for _, t in d)
     short_decoding = None
-    if float(dec.get("max_len_a", 1.0)) == 0.0 and int(dec.get("max_len_b", 10)) < longest_tgt + 1:
+    if decoding.max_len_a == 0.0 and decoding.max_len_b < longest_tgt + 1:
         # Allowed (a smoke test may cap decoding), but every longer label then scores as invalid: say so.
-        short_decoding = (f"task.decoding.max_len_b={dec.get('max_len_b')} is shorter than the longest label "
+        short_decoding = (f"task.decoding.max_len_b={decoding.max_len_b} is shorter than the longest label "
                           f"({longest_tgt} tokens + EOS): such labels cannot be generated and count wrong")
         log.warning("%s: %s", cfg["name"], short_decoding)
     longest_src = max(len(s) for d in (val, test) for s, _ in d)

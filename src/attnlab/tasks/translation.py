@@ -18,9 +18,11 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
+from attnlab.decoding.options import DecodingOptions
 from attnlab.metrics.text import bleu_signature, chrf_signature, corpus_bleu, corpus_chrf, tokenized_bleu
-from attnlab.tasks.base import DataError, TaskData, register_task_family
+from attnlab.tasks.base import DataError, TaskData
 from attnlab.tasks.batching import IndexedDataset, IndexedSeq2SeqCollate
+from attnlab.tasks.registry import register_task_family
 from attnlab.tasks.sources import find_file, load_hub_dataset, read_lines, read_segments, resolve_data_root
 from attnlab.tasks.tokenization import UNK_ESCAPE, Detokenizer, build_tokenizer, encode_all
 from attnlab.tasks.vocab import Vocab
@@ -204,15 +206,15 @@ def text_seq2seq_task(cfg: dict[str, Any], split_pairs: dict[str, list[tuple[str
             truncation.append(f"{split} not cut")
         datasets[split] = IndexedDataset(list(zip(src_ids, tgt_ids)))
 
-    dec = cfg.get("decoding") or {}
+    decoding = DecodingOptions.of(cfg.get("decoding"))
     longest_src = max(len(s) for d in datasets.values() for s, _ in d.examples) + 1
     longest_tgt = max(len(y) for d in datasets.values() for _, y in d.examples) + 1
-    decode_bound = int(float(dec.get("max_len_a", 1.0)) * longest_src + int(dec.get("max_len_b", 10))) + 1
+    decode_bound = decoding.max_length(longest_src) + 1
     max_len = max(longest_src, longest_tgt + 1, decode_bound)
 
     flavours = {
         **flavours,
-        "decoding": decoding_text(dec),
+        "decoding": decoding.describe(),
         "tokenizer": f"joint {kind} vocabulary of {tgt_tok.get_vocab_size()} trained on the training text"
         if joint else f"separate {kind} vocabularies ({src_tok.get_vocab_size()} / {tgt_tok.get_vocab_size()})",
         "char_acc/seq_acc": "token-level accuracy of the decoded ids against the tokenized reference",
@@ -257,19 +259,3 @@ class _Post:
 
     def __call__(self, ids):
         return self.post(self.detok(ids))
-
-
-def decoding_text(dec: dict[str, Any]) -> str:
-    """How hypotheses were decoded, for ``metric_flavours.decoding`` (names the length penalty used)."""
-    if dec.get("strategy", "greedy") == "beam":
-        alpha = dec.get("length_penalty_alpha", 0.6)
-        kind = dec.get("length_penalty", "gnmt")
-        if kind == "fairseq":
-            penalty = f"fairseq length penalty L^{alpha} (--lenpen {alpha}; L counts EOS)"
-        elif kind == "gnmt":
-            penalty = f"GNMT length penalty ((5+L)/6)^{alpha}"
-        else:
-            raise DataError(f"task.decoding.length_penalty={kind!r} is not valid; valid: gnmt, fairseq")
-        return (f"beam {dec.get('beam_size', 4)}, {penalty}, "
-                f"max length {dec.get('max_len_a', 1.0)}*src+{dec.get('max_len_b', 10)}")
-    return f"greedy, max length {dec.get('max_len_a', 1.0)}*src+{dec.get('max_len_b', 10)}"

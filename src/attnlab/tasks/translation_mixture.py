@@ -21,7 +21,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from attnlab.metrics.text import bleu_signature, chrf_signature
-from attnlab.tasks.base import DataError, TaskData, register_task_family
+from attnlab.tasks.base import DataError, TaskData
+from attnlab.tasks.registry import register_task_family
 from attnlab.tasks.tokenization import UNK_ESCAPE
 from attnlab.tasks.translation import MTScorer, load_pairs, text_seq2seq_task
 

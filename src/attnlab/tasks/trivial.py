@@ -20,7 +20,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from attnlab.tasks.base import DataError, build_task
+from attnlab.tasks.base import DataError
+from attnlab.tasks.build import build_task
 
 
 @dataclass

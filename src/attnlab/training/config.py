@@ -18,9 +18,8 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-
-class ConfigError(ValueError):
-    """A bad configuration; the message is one line."""
+from attnlab.decoding.options import DecodingOptions
+from attnlab.errors import ConfigError  # defined below plugins (which raise it); callers import it from here too
 
 
 @dataclass
@@ -100,17 +99,6 @@ class BatchSchema:
     sentences_per_update: int
     eval_batch_size: int
     tokens_per_update: Any = None   # int: token-budget batching (training/data.py); null: by sentences
-
-
-@dataclass
-class DecodingSchema:
-    strategy: str
-    beam_size: int
-    length_penalty_alpha: float
-    max_len_a: float
-    max_len_b: int
-    decode_in_validation: bool
-    length_penalty: str = "gnmt"    # gnmt: ((5+L)/6)^alpha (the papers) | fairseq: L^alpha (--lenpen)
 
 
 @dataclass
@@ -302,7 +290,7 @@ def validate(cfg: DictConfig) -> None:
     if view.logger.get("wandb") is not None:
         _check_section(view.logger.wandb, WandbSchema, "logger.wandb")
     if view.task.get("decoding") is not None:
-        _check_section(view.task.decoding, DecodingSchema, "task.decoding")
+        _check_section(view.task.decoding, DecodingOptions, "task.decoding")
     check_root_keys(view)
     _check_ranges(view)
     _check_loggers(view)
@@ -512,9 +500,9 @@ def _check_attention_builds(view: DictConfig) -> None:
 
     from attnlab.attention import AttentionError
     from attnlab.models.blocks import LayerSpec
-    from attnlab.tasks.schemas import _SCHEMAS
+    from attnlab.tasks.schemas import task_schema
 
-    layout = getattr(_SCHEMAS.get(view.task.get("loader")), "model_layout", None)
+    layout = task_schema(view.task.get("loader")).model_layout  # the loader is checked before this
     roles: list[tuple[bool, bool]] = LAYOUT_ROLES.get(layout, [])   # (causal, cross)
     if not roles:
         return
@@ -532,10 +520,7 @@ def _check_attention_builds(view: DictConfig) -> None:
         with torch.device("meta"):
             modules = [spec.attention(causal=causal, cross=is_cross) for causal, is_cross in roles]
         for module in modules:
-            kernel_for = getattr(module, "kernel_for", None)
-            auto = getattr(getattr(module, "options", None), "impl", None) == "auto"  # decided at the run's shapes
-            if kernel_for is not None and not auto:
-                kernel_for(device, True)
+            module.check_device(device)
     except AttentionError as exc:
         raise ConfigError(str(exc).splitlines()[0]) from None
     except Exception:  # noqa: BLE001 - a check the meta device cannot run (a value read) is left to the real build

@@ -12,7 +12,8 @@ import lightning as L
 import torch
 import torch.nn.functional as F
 
-from attnlab.decoding import beam_search, greedy_decode
+from attnlab.decoding.options import DecodingOptions
+from attnlab.decoding.search import beam_search, greedy_decode
 from attnlab.metrics import GroupedAnswerScore, MaskedLMScore, Perplexity, Ratio, SequenceAccuracy
 from attnlab.models import DecoderLM, EncoderClassifier, EncoderDecoder, EncoderMLM
 from attnlab.training.data import pop_eval_slot
@@ -295,14 +296,13 @@ class Seq2SeqModule(TaskModule):
         return batch["tgt_out"].ne(self.task_info["pad_id"]).sum()
 
     def decode(self, src: torch.Tensor) -> torch.Tensor:
-        e, t = self.eval_cfg, self.task_info
-        max_len = int(e["max_len_a"] * src.shape[1] + e["max_len_b"])
-        max_len = min(max_len, self.model_cfg["max_len"] - 1)
-        if e["strategy"] == "beam":
-            # .get: checkpoints written before the fairseq option have no length_penalty key (GNMT then)
+        # Read at each call: eval_cfg stays a plain dict (checkpoints load with weights_only) that evaluation may
+        # replace; a checkpoint written before a key existed (length_penalty) gets that key's default.
+        e, t = DecodingOptions.of(self.eval_cfg), self.task_info
+        max_len = min(e.max_length(src.shape[1]), self.model_cfg["max_len"] - 1)
+        if e.strategy == "beam":
             return beam_search(self.model, src, bos_id=t["bos_id"], eos_id=t["eos_id"], max_len=max_len,
-                               beam_size=e["beam_size"], alpha=e["length_penalty_alpha"],
-                               length_penalty=e.get("length_penalty", "gnmt"))
+                               beam_size=e.beam_size, alpha=e.length_penalty_alpha, length_penalty=e.length_penalty)
         return greedy_decode(self.model, src, bos_id=t["bos_id"], eos_id=t["eos_id"], max_len=max_len)
 
     def validate_batch(self, batch, batch_number):

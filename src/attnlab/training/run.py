@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import math
 import os
@@ -25,6 +26,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 import attnlab
+from attnlab.decoding.options import DecodingOptions
 from attnlab.tasks import DataError, TaskData, build_task
 from attnlab.training.callbacks import BestMetrics, MetricsLine, PonderStats, Throughput
 from attnlab.training.checkpointing import (
@@ -200,20 +202,17 @@ def task_info(task: TaskData) -> dict[str, Any]:
 
 
 def decoding_config(cfg: DictConfig) -> dict[str, Any]:
+    """``task.decoding`` with every key, as the plain dict the module keeps in its checkpoint."""
     dec = cfg.task.get("decoding")
-    defaults = {"strategy": "greedy", "beam_size": 4, "length_penalty_alpha": 0.6, "length_penalty": "gnmt",
-                "max_len_a": 1.0, "max_len_b": 10, "decode_in_validation": True}
-    return {**defaults, **(OmegaConf.to_container(dec, resolve=True) if dec else {})}
+    return dataclasses.asdict(DecodingOptions.of(OmegaConf.to_container(dec, resolve=True) if dec else None))
 
 
 def run_flavours(cfg: DictConfig, task: TaskData) -> dict[str, Any]:
     """The task's metric flavours; a seq2seq task that does not describe its decoding gets the decoding the
     module actually used (strategy, beam, which length penalty)."""
-    from attnlab.tasks.translation import decoding_text
-
     flavours = dict(task.metric_flavours)
     if task.kind == "seq2seq":
-        flavours.setdefault("decoding", decoding_text(decoding_config(cfg)))
+        flavours.setdefault("decoding", DecodingOptions.of(decoding_config(cfg)).describe())
     return flavours
 
 

@@ -1,0 +1,132 @@
+"""``make gpu-estimates``: every paper preset's one-GPU protocol (``scale=gpu``) composed as the CLI composes it,
+its training data sampled, and its GPU time estimated by ``results.gpu_estimate`` (where the arithmetic and its
+assumptions are), written to ``results/gpu/estimates.json`` for ``make reproduce-list SCALE=gpu``.
+
+    python -m attnlab.cli.gpu_estimate [--out results/gpu/estimates.json] [--data-root ../shared/data]
+        [--only ut/table4] [--mfu 0.3] [--step-floor-s 0.03]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from omegaconf import OmegaConf
+
+from attnlab.cli.common import compose
+from attnlab.results.gpu_estimate import (
+    DEFAULT_MFU,
+    DEFAULT_STEP_FLOOR_S,
+    PEAK_BF16,
+    SampledLengths,
+    estimate_row,
+    gpu_protocol_experiments,
+)
+from attnlab.results.record import atomic_write_text
+from attnlab.tasks import DataError, build_task
+from attnlab.training.scale import apply_scale
+
+SAMPLE_EXAMPLES = 256
+# Task keys that only say how many examples to build: capped while sampling lengths (lengths do not change).
+_SIZE_CAPS = {"train_size": 4096, "val_size": 64, "test_size": 64, "max_train_examples": 4096,
+              "max_eval_examples": 64, "max_train_pairs": 20000}
+
+
+def sample_lengths(task_cfg: dict[str, Any], seed: int = 1) -> SampledLengths:
+    """The task's training examples as the FLOP count sees them, from ``SAMPLE_EXAMPLES`` spread over the split."""
+    cfg = dict(task_cfg)
+    for key, cap in _SIZE_CAPS.items():
+        if key in cfg and (cfg[key] is None or int(cfg[key]) > cap):
+            cfg[key] = cap
+    task = build_task(cfg, seed)
+    train = task.datasets["train"]
+    n = len(train)
+    picks = sorted({round(i * (n - 1) / max(SAMPLE_EXAMPLES - 1, 1)) for i in range(min(SAMPLE_EXAMPLES, n))})
+    batch = task.collate([train[i] for i in picks])
+
+    def mean_tokens(key: str) -> float:
+        return float((batch[key] != task.pad_id).sum()) / len(picks) if key in batch else 0.0
+
+    lengths = task.train_lengths or [0]
+    mean_length = sum(lengths) / len(lengths)
+    if task.kind == "seq2seq":
+        return SampledLengths("seq2seq", task.vocab_size, mean_tokens("src"), mean_tokens("tgt_in"), mean_length, 0.0)
+    if task.kind == "lm":
+        return SampledLengths("lm", task.vocab_size, 0.0, mean_tokens("ids"), mean_length, 0.0)
+    if task.kind == "mlm":
+        predicted = float(batch["scored"].sum()) / len(picks)
+        return SampledLengths("mlm", task.vocab_size, mean_tokens("ids"), 0.0, mean_length, predicted)
+    return SampledLengths("encoder", task.vocab_size, mean_tokens("ids"), 0.0, mean_length, 0.0)
+
+
+def gpu_configs(experiments: list[str], data_root: str | None) -> dict[str, dict[str, Any]]:
+    """Each preset composed at ``scale=gpu`` as the CLI composes it, resolved to plain containers."""
+    out = {}
+    for experiment in experiments:
+        overrides = [f"experiment={experiment}", "scale=gpu"] + ([f"paths.data_root={data_root}"] if data_root else [])
+        cfg = compose("train", overrides)
+        apply_scale(cfg, overrides)
+        out[experiment] = {section: OmegaConf.to_container(cfg[section], resolve=True)
+                           for section in ("model", "task", "batch", "trainer")}  # no run folder: no Hydra job
+    return out
+
+
+def estimate_all(experiments: list[str], data_root: str | None, *, mfu: float = DEFAULT_MFU,
+                 step_floor_s: float = DEFAULT_STEP_FLOOR_S) -> dict[str, Any]:
+    configs = gpu_configs(experiments, data_root)
+    sampled: dict[str, SampledLengths] = {}
+    rows = {}
+    for experiment, cfg in configs.items():
+        key = json.dumps(cfg["task"], sort_keys=True, default=str)
+        if key not in sampled:
+            print(f"gpu-estimate: sampling {cfg['task']['name']} for {experiment}", file=sys.stderr, flush=True)
+            sampled[key] = sample_lengths(cfg["task"])
+        rows[experiment] = asdict(estimate_row(experiment, cfg, sampled[key], mfu=mfu, step_floor_s=step_floor_s))
+    return {
+        "what": "estimated training time of one run of each preset at scale=gpu on one GPU; NOT measured on a GPU",
+        "generated_by": "python -m attnlab.cli.gpu_estimate (make gpu-estimates)",
+        "assumptions": {
+            "peak_flops": PEAK_BF16, "peak_of": "H100 SXM / H200, dense bf16, datasheet", "mfu": mfu,
+            "step_floor_s": step_floor_s,
+            "counted": "training updates only (no validation, no test decoding); attention as dense; no padding",
+        },
+        "rows": rows,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m attnlab.cli.gpu_estimate", description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=Path("results/gpu/estimates.json"))
+    parser.add_argument("--conf", type=Path, default=Path("src/attnlab/conf/experiment"))
+    parser.add_argument("--data-root", default=os.environ.get("ATTNLAB_DATA_ROOT"))
+    parser.add_argument("--only", action="append", default=[], help="preset folder <paper>/<table> (repeatable)")
+    parser.add_argument("--mfu", type=float, default=DEFAULT_MFU)
+    parser.add_argument("--step-floor-s", type=float, default=DEFAULT_STEP_FLOOR_S)
+    args = parser.parse_args(argv)
+    experiments = gpu_protocol_experiments(args.conf)
+    if args.only:
+        experiments = [e for e in experiments if e.rsplit("/", 1)[0] in args.only]
+        if not experiments:
+            print(f"gpu-estimate: error: no preset with a gpu protocol under {', '.join(args.only)}", file=sys.stderr)
+            return 2
+    try:
+        result = estimate_all(experiments, args.data_root, mfu=args.mfu, step_floor_s=args.step_floor_s)
+    except DataError as exc:
+        print(f"gpu-estimate: error: {exc}", file=sys.stderr)
+        return 2
+    if args.only and args.out.exists():  # refresh some tables, keep the rest
+        previous = json.loads(args.out.read_text())
+        result["rows"] = {**previous.get("rows", {}), **result["rows"]}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(args.out, json.dumps(result, indent=1, sort_keys=True) + "\n")  # nothing half-written
+    print(f"gpu-estimate: {len(result['rows'])} presets -> {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,41 @@
+"""The one shape of attnlab's registries: the names a config chooses from (attention variants, depth recurrences,
+task families), each mapped to what its registration declares.
+
+A registry lives in a module of its own that the registering files import; the package that owns it imports its
+built-in members, never the registry module, so registering and looking up import nothing back. Every registry
+refuses a second registration of a name and an unknown name the same way, in one line.
+"""
+
+from __future__ import annotations
+
+from typing import Generic, TypeVar
+
+Entry = TypeVar("Entry")
+
+
+class Registry(Generic[Entry]):
+    """Names -> entries of one ``kind`` (its name in messages: "attention variant"); ``error`` is the exception an
+    unknown name raises, the one the floor that owns the registry reports as a user error."""
+
+    def __init__(self, kind: str, error: type[Exception] = ValueError) -> None:
+        self.kind = kind
+        self.error = error
+        self._entries: dict[str, Entry] = {}
+
+    def register(self, name: str, entry: Entry) -> Entry:
+        if name in self._entries:
+            raise ValueError(f"{self.kind} {name!r} is registered twice ({self._entries[name]!r} and {entry!r})")
+        self._entries[name] = entry
+        return entry
+
+    def get(self, name: str) -> Entry:
+        if name not in self._entries:
+            raise self.error(f"unknown {self.kind} {name!r}; valid: {', '.join(self.names())}")
+        return self._entries[name]
+
+    def names(self) -> list[str]:
+        """Every registered name, sorted."""
+        return sorted(self._entries)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._entries
