@@ -11,7 +11,8 @@ stop). Outside it nothing would: their default action ends the process at once, 
 The handlers that were there before (submitit's requeue) are restored at the end and handed to the CLI with
 the exception, which calls them once the record is on disk. ``signals_deferred`` holds the stop signals and
 Ctrl-C back while a record is written (milliseconds), so a second Ctrl-C cannot cut the record that says the
-first one happened.
+first one happened. ``StoppedBySignal`` (a stop signal outside training) and ``Interrupted`` (Ctrl-C, in training or
+out) are what a stopped run raises once its ``interrupted`` record is written.
 """
 
 from __future__ import annotations
@@ -37,6 +38,15 @@ class StoppedBySignal(Preempted):
         resume = (f"rerun the same command to resume from {checkpoint}" if checkpoint else
                   "rerun the same command to start again (no checkpoint was written yet)")
         self.args = (f"stopped by {signal.Signals(signum).name} at step {step} {where}; {resume}",)
+
+
+class Interrupted(Preempted):
+    """Ctrl-C stopped training; a rerun of the same command resumes from the newest checkpoint on disk."""
+
+    def __init__(self, step: int, checkpoint: str | None) -> None:
+        super().__init__(signal.SIGINT, step, checkpoint)
+        where = f"the newest checkpoint, {checkpoint}" if checkpoint else "the start (no checkpoint was written yet)"
+        self.args = (f"interrupted (Ctrl-C) at step {step}; rerun the same command to resume from {where}",)
 
 
 class RunSignals:

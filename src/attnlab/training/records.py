@@ -1,0 +1,326 @@
+"""The run record (``results.json``) built from a run's trainer, module and callbacks, or from its config alone when
+the run failed or stopped before those existed, and the writers that put it in the run folder. The record's
+schema, hashing and file format are ``results/record.py``; this module fills it in from training state: provenance
+(``git_state``), metrics, cost, and how the run stopped. It also holds what finds a run's record again: the hash of
+the config as asked (``_safe_hash``) and a completed record of that hash (``_completed_twin``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import os
+import platform
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import lightning as L
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+import attnlab
+from attnlab.tasks import TaskData
+from attnlab.training.build import run_flavours
+from attnlab.training.callbacks import BestMetrics, Throughput
+from attnlab.training.checkpointing import Preempted, checkpoint_step, find_resume_checkpoint
+from attnlab.training.faults import NonFiniteGuard
+from attnlab.training.modules import TaskModule, count_parameters
+from attnlab.training.stop_signals import Interrupted, StoppedBySignal, signals_deferred
+from attnlab.training.storage import StorageError, storage_failure
+
+log = logging.getLogger("attnlab")
+
+
+class RunClock(NamedTuple):
+    """When a run started: wall time (``time.time``) and this process's CPU time (``time.process_time``; a
+    launcher worker runs several jobs, so the CPU clock is read per run, not since the process started)."""
+
+    wall: float
+    cpu: float
+
+
+def git_state(source: Path | None = None) -> dict[str, Any]:
+    """Commit and dirty flag of the source tree attnlab runs from (None outside a git checkout).
+
+    ``dirty`` ignores ``results/``: the reproduce targets regenerate the committed tables there after each sweep,
+    so a clean worktree that has already run one table would otherwise mark every later record dirty although
+    nothing that decides what runs (code, configs, Makefile) has changed."""
+    src = (source or Path(attnlab.__file__)).resolve().parent
+    try:
+        commit = subprocess.run(["git", "-C", str(src), "rev-parse", "HEAD"], capture_output=True, text=True,
+                                timeout=10, check=True).stdout.strip()
+        dirty = bool(subprocess.run(["git", "-C", str(src), "status", "--porcelain", "--untracked-files=no", "--",
+                                     ":(top)", ":(top,exclude)results"],
+                                    capture_output=True, text=True, timeout=10).stdout.strip())
+        return {"commit": commit, "dirty": dirty}
+    except (OSError, subprocess.SubprocessError):
+        return {"commit": None, "dirty": None}
+
+
+def _finite(value: Any) -> float | None:
+    v = float(value)
+    return v if math.isfinite(v) else None
+
+
+def collect_metrics(trainer: L.Trainer) -> dict[str, float | None]:
+    keep = ("val/", "test", "model/")
+    return {k: _finite(v) for k, v in sorted(trainer.callback_metrics.items()) if k.startswith(keep)}
+
+
+def mfu_summary(callbacks: list) -> dict[str, Any]:
+    """The MFU callback's run summary (``mfu``, ``flops_per_token``, ``peak_flops``, ``peak_source``), or
+    ``mfu: None`` when ``callbacks.mfu`` is off."""
+    from attnlab.training.perf import MFUCallback
+
+    found = next((c for c in callbacks if isinstance(c, MFUCallback)), None)
+    return found.summary() if found is not None else {"mfu": None}
+
+
+def peak_memory_mb(device: torch.device | None = None) -> float | None:
+    if torch.cuda.is_available() and device is not None and device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 2**20
+    try:
+        import resource
+
+        rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        return rss / 1024 if sys.platform != "darwin" else rss / 2**20
+    except (ImportError, OSError):
+        return None
+
+
+def _record(cfg: DictConfig, run_dir: Path, command: str | None, trainer: L.Trainer, module: TaskModule,
+            callbacks: list, task: TaskData, started: RunClock, *, status: str,
+            config_hash: str | None) -> dict[str, Any]:
+
+    throughput = next(c for c in callbacks if isinstance(c, Throughput))
+    best = next(c for c in callbacks if isinstance(c, BestMetrics))
+    guard = next(c for c in callbacks if isinstance(c, NonFiniteGuard))
+    params = count_parameters(module.model)
+    wandb_id = next((lg.experiment.id for lg in trainer.loggers if lg.__class__.__name__ == "WandbLogger"), None)
+    return {
+        "schema_version": 1,
+        "status": status,
+        "error": None,
+        "experiment": cfg.get("experiment_name"),
+        "row": cfg.get("row"),
+        "task": cfg.task.name,
+        "model": {"name": cfg.model.name, "attention": cfg.model.attention.name,
+                  "recurrence": cfg.model.recurrence.name},
+        "seed": int(cfg.seed),
+        "scale": cfg.scale.name,
+        "config_hash": config_hash,
+        "git": git_state(),
+        "hardware": {"name": cfg.hardware.name, "accelerator": cfg.hardware.accelerator,
+                     "devices": cfg.hardware.devices, "num_nodes": cfg.hardware.num_nodes,
+                     "precision": str(cfg.hardware.precision)},
+        "metrics": {"final": collect_metrics(trainer) if status == "completed" else {}, "best": dict(best.best)},
+        "params": params,
+        "cost": {"wall_s": round(time.time() - started.wall, 2),
+                 # CPU seconds of this process (all its threads) and its torch threads: at one thread the CPU time
+                 # is what the run costs alone, however loaded the machine was (reproduce-list's estimates)
+                 "cpu_s": round(time.process_time() - started.cpu, 2), "torch_threads": torch.get_num_threads(),
+                 "tokens_per_s": throughput.average_tokens_per_s(),
+                 "step_s": throughput.average_step_s(), "peak_mem_mb": peak_memory_mb(module.device),
+                 "steps": trainer.global_step,
+                 # start-up: config checks, data, tokenizer and model up to the first training batch
+                 "startup_s": round(throughput.first_batch_at - started.wall, 2) if throughput.first_batch_at else None,
+                 # callbacks.mfu: model FLOPs utilisation over the run against the matmul peak measured in the
+                 # same process on CPU (the datasheet peak on listed GPUs); see training/perf.py
+                 **mfu_summary(callbacks)},
+        "metric_flavours": run_flavours(cfg, task),
+        "wandb_run_id": wandb_id,
+        "run_dir": str(run_dir.resolve()),
+        "command": command or shlex.join(sys.argv),
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "versions": {"python": platform.python_version(), "torch": torch.__version__,
+                     "lightning": L.__version__, "attnlab": attnlab.__version__},
+        "extra": {"debug": cfg.get("debug_mode"), "skipped_batches": guard.skipped,
+                  **_attention_coverage(module, task)},
+    }
+
+
+def _attention_coverage(module: TaskModule, task: TaskData) -> dict[str, Any]:
+    """``attention_coverage``: the sparse attention's attended fraction over the test split's lengths
+    (training/sparsity.py); 1.0 for a bidirectional encoder's dense attention; nothing for other dense models."""
+    from attnlab.training.data import example_length
+    from attnlab.training.sparsity import coverage_summary, dense_coverage, sparse_modules
+
+    test = task.datasets.get(next(iter(task.eval_splits.values()), "test"))
+    if test is None:
+        return {}
+    lengths = (example_length(test[i]) for i in range(len(test)))
+    if not sparse_modules(module.model):
+        dense = dense_coverage(module.model, lengths)
+        return {"attention_coverage": dense} if dense else {}
+    summary = coverage_summary(module.model, lengths)
+    if summary is None:
+        return {}
+    log.info("sparse attention attends %.1f%% of the keys on average (max %.1f%%) over test lengths %d-%d",
+             100 * summary["attended_fraction_mean"], 100 * summary["attended_fraction_max"],
+             summary["lengths"]["min"], summary["lengths"]["max"])
+    return {"attention_coverage": summary}
+
+
+def _write_interrupted_record(cfg, run_dir, command, trainer, module, callbacks, task, started,
+                              exc: Preempted, config_hash: str | None) -> None:
+    """An ``interrupted`` record: the run is unfinished, its checkpoint is on disk, and a rerun resumes it
+    (``extra.interrupted`` for Ctrl-C, ``extra.preempted`` for a stop signal)."""
+    if not trainer.is_global_zero:
+        return
+    record = _record(cfg, run_dir, command, trainer, module, callbacks, task, started, status="interrupted",
+                     config_hash=config_hash)
+    key = "interrupted" if isinstance(exc, Interrupted) else "preempted"
+    record["extra"][key] = {"signal": signal.Signals(exc.signum).name, "step": exc.step,
+                            "checkpoint": exc.checkpoint, "resume_with": record["command"]}
+    from attnlab.results.record import RECORD_FILENAME, write_record
+
+    try:
+        with _storage_errors(run_dir), signals_deferred():
+            write_record(run_dir / RECORD_FILENAME, record)
+    except StorageError as failure:
+        log.error("%s", failure)  # the stop itself is reported by the caller
+
+
+def _stopped_before_training(cfg: DictConfig, run_dir: Path, command: str | None,
+                             exc: StoppedBySignal | KeyboardInterrupt) -> Preempted:
+    """Ctrl-C or a stop signal before training started: an ``interrupted`` record made from the config, and
+    the exception the CLI reports (a resumed run may have checkpoints: the rerun resumes from the newest)."""
+    with signals_deferred():  # a further Ctrl-C may not cut the search short (the record defers its own)
+        found = find_resume_checkpoint(run_dir / "checkpoints")
+    step, checkpoint = (checkpoint_step(found[1]), str(found[0])) if found else (0, None)
+    if isinstance(exc, KeyboardInterrupt):
+        stopped: Preempted = Interrupted(step, checkpoint)
+    else:
+        stopped = StoppedBySignal(exc.signum, step, checkpoint, exc.where, exc.previous_handler)
+    key = "interrupted" if isinstance(stopped, Interrupted) else "preempted"
+    command = command or shlex.join(sys.argv)
+    write_config_record(cfg, run_dir, command, status="interrupted",
+                        extra={key: {"signal": signal.Signals(stopped.signum).name, "step": step,
+                                     "checkpoint": checkpoint, "resume_with": command, "phase": "before training"}})
+    return stopped
+
+
+@contextlib.contextmanager
+def _storage_errors(run_dir: Path):
+    """Writes in the run folder: a full disk (or a folder gone read-only) becomes one StorageError line."""
+    try:
+        yield
+    except OSError as exc:
+        failure = storage_failure(exc, run_dir)
+        if failure is None:
+            raise
+        raise failure from None
+
+
+def write_failed_record(cfg: DictConfig, run_dir: str | os.PathLike, command: str, error: str) -> bool:
+    """A run record with ``status: failed`` and the reason, so sweeps and tables show the failure; False
+    when the folder cannot take it (a full disk), with nothing half-written."""
+    return write_config_record(cfg, run_dir, command, status="failed", error=error)
+
+
+def write_config_record(cfg: DictConfig, run_dir: str | os.PathLike, command: str, *, status: str,
+                        error: str | None = None, extra: dict[str, Any] | None = None) -> bool:
+    """A run record made from the config alone (the run failed or stopped before its model or trainer
+    existed); False when the folder cannot take it, with nothing half-written. A second Ctrl-C or stop
+    signal waits until the record is on disk."""
+    from attnlab.results.record import RECORD_FILENAME, write_record
+
+    def pick(dotted: str):
+        try:
+            return OmegaConf.select(cfg, dotted)
+        except Exception:  # noqa: BLE001 - a broken config must still yield a failure record
+            return None
+
+    record = {
+        "schema_version": 1,
+        "status": status,
+        "error": error,
+        "experiment": pick("experiment_name"),
+        "row": pick("row"),
+        "task": pick("task.name"),
+        "model": {"name": pick("model.name"), "attention": pick("model.attention.name"),
+                  "recurrence": pick("model.recurrence.name")},
+        "seed": pick("seed"),
+        "scale": pick("scale.name"),
+        "git": git_state(),
+        "config_hash": _safe_hash(cfg),
+        "hardware": {"name": pick("hardware.name"), "accelerator": pick("hardware.accelerator"),
+                     "devices": pick("hardware.devices"), "num_nodes": pick("hardware.num_nodes"),
+                     "precision": str(pick("hardware.precision"))},
+        "metrics": {"final": {}, "best": {}},
+        "params": {"total": None, "trainable": None},
+        "cost": {"wall_s": None, "tokens_per_s": None, "peak_mem_mb": None},
+        "metric_flavours": {},
+        "wandb_run_id": None,
+        "run_dir": str(Path(run_dir).resolve()),
+        "command": command,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "versions": {"python": platform.python_version(), "torch": torch.__version__,
+                     "attnlab": attnlab.__version__},
+    }
+    if extra:
+        record["extra"] = extra
+    try:
+        with signals_deferred():
+            Path(run_dir).mkdir(parents=True, exist_ok=True)
+            write_record(Path(run_dir) / RECORD_FILENAME, record)
+    except OSError as exc:
+        log.debug("no %s record written in %s: %s", status, run_dir, exc)
+        return False
+    return True
+
+
+def _completed_twin(cfg: DictConfig) -> dict[str, Any] | None:
+    """With ATTNLAB_SKIP_EXISTING=1 (``make reproduce-*`` sets it): the record of a completed run of the
+    same config hash under ``paths.runs_dir``, so a re-run of a table trains only what is missing."""
+    from attnlab.results.lookup import find_completed, search_roots, skip_existing_requested
+    from attnlab.results.record import read_record
+
+    if not skip_existing_requested():
+        return None
+    # runs/ and the published results/runs: a clean clone skips what is committed.
+    done = find_completed(search_roots(cfg.paths.runs_dir), _safe_hash(cfg))  # the hash the record carries
+    if done is None:
+        return None
+    log.info("skipping: a completed run with the same config hash exists: %s", done)
+    return read_record(done)
+
+
+def _safe_hash(cfg: DictConfig) -> str | None:
+    from attnlab.results.record import DEFAULT_HASH_EXCLUDE, config_hash
+
+    exclude = DEFAULT_HASH_EXCLUDE
+    try:
+        return config_hash(OmegaConf.to_container(cfg, resolve=True), exclude=exclude)
+    except Exception:  # noqa: BLE001 - resolved below without the keys the hash leaves out
+        pass
+    # Outside a Hydra run (a tool, a test after another test cleared Hydra's state) ``paths.run_dir`` =
+    # ${hydra:runtime.output_dir} cannot resolve; it is not hashed, so drop the excluded keys and resolve the
+    # rest: the same hash as inside the run.
+    trimmed = OmegaConf.create(OmegaConf.to_container(cfg, resolve=False))
+    _drop_excluded(trimmed, exclude, "")
+    try:
+        return config_hash(OmegaConf.to_container(trimmed, resolve=True), exclude=exclude)
+    except Exception:  # noqa: BLE001 - an unresolvable config is hashed as written
+        return config_hash(OmegaConf.to_container(cfg, resolve=False), exclude=exclude)
+
+
+def _drop_excluded(node: DictConfig, exclude: tuple[str, ...], prefix: str) -> None:
+    from attnlab.results.record import is_excluded
+
+    for key in list(node.keys()):
+        path = f"{prefix}{key}"
+        if is_excluded(path, exclude):
+            del node[key]
+            continue
+        child = node._get_node(key)
+        if isinstance(child, DictConfig) and not child._is_missing() and not child._is_none() \
+                and not child._is_interpolation():
+            _drop_excluded(child, exclude, path + ".")
+
