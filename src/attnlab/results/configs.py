@@ -19,6 +19,7 @@ adding keys, docs/tables_and_claims.md, "Tables"), so a committed record stays v
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -78,18 +79,10 @@ _HEADER_FROM_CONFIG = (("experiment", "experiment_name"), ("seed", "seed"), ("sc
 def header_disagreement(record_path: Path, data: Mapping[str, Any]) -> str | None:
     """Where a record's header and the config saved beside it name different runs (a record copied into
     another run's folder, or edited by hand), one line; None when they agree or there is no config."""
-    for name in (RESOLVED_CONFIG, BEFORE_SCALE_CONFIG):
-        config_file = record_path.parent / name
-        if config_file.is_file():
-            break
-    else:
+    saved_file = saved_config(record_path)
+    if saved_file is None:  # none, or unreadable: the table's "configs differ" business, not a header mismatch
         return None
-    try:
-        config = load_yaml(config_file.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, UnsafeYamlError):
-        return None  # an unreadable config is the table's "configs differ" business, not a header mismatch
-    if not isinstance(config, Mapping):
-        return None
+    config_file, config = saved_file
     for field, key in _HEADER_FROM_CONFIG:
         said, saved = get_field(data, field, _MISSING), get_field(config, key, _MISSING)
         if _MISSING not in (said, saved) and said != saved:
@@ -112,26 +105,41 @@ def get_field(record: Mapping[str, Any], dotted: str, missing: Any = None) -> An
     return node
 
 
+def saved_config(record_path: Path) -> tuple[Path, Mapping[str, Any]] | None:
+    """(file, parsed config) saved beside a record (the before-scale form when present); None when there is
+    none or it does not parse. Parsed once per file version: loading a table checks every record's header
+    against it and then compares the configs of a cell's runs."""
+    before, resolved = record_path.parent / BEFORE_SCALE_CONFIG, record_path.parent / RESOLVED_CONFIG
+    config_file = before if before.is_file() else resolved
+    try:
+        stat = config_file.stat()
+    except OSError:
+        return None
+    config = _parse_config(str(config_file), stat.st_mtime_ns, stat.st_size)
+    return (config_file, config) if config is not None else None
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse_config(path: str, mtime_ns: int, size: int) -> Mapping[str, Any] | None:
+    try:
+        config = load_yaml(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, UnsafeYamlError):
+        return None
+    return config if isinstance(config, Mapping) else None
+
+
 def seedless_config(record_path: Path | None, data: Mapping[str, Any]) -> dict[str, Any]:
     """The run's configuration apart from its seed, as ``dotted key -> value``."""
-    config_file = None
-    if record_path is not None:
-        before, resolved = record_path.parent / BEFORE_SCALE_CONFIG, record_path.parent / RESOLVED_CONFIG
-        config_file = before if before.is_file() else resolved
-    if config_file is not None and config_file.is_file():
-        try:
-            config = load_yaml(config_file.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, UnsafeYamlError):
-            config = None
-        if isinstance(config, Mapping):
-            config = dict(config)
-            if "init_from" in config:
-                paths = config.get("paths") if isinstance(config.get("paths"), Mapping) else {}
-                config["init_from"] = relative_init_from(config["init_from"], paths.get("runs_dir"))
-            stripped = _strip({k: v for k, v in config.items() if k != "seed"}, DEFAULT_HASH_EXCLUDE, "")
-            flat: dict[str, Any] = {}
-            _flatten(stripped, "", flat)
-            return flat
+    saved_file = saved_config(record_path) if record_path is not None else None
+    if saved_file is not None:
+        config = dict(saved_file[1])  # a copy: the parsed config is shared (cached)
+        if "init_from" in config:
+            paths = config.get("paths") if isinstance(config.get("paths"), Mapping) else {}
+            config["init_from"] = relative_init_from(config["init_from"], paths.get("runs_dir"))
+        stripped = _strip({k: v for k, v in config.items() if k != "seed"}, DEFAULT_HASH_EXCLUDE, "")
+        flat: dict[str, Any] = {}
+        _flatten(stripped, "", flat)
+        return flat
     model = data.get("model") if isinstance(data.get("model"), Mapping) else {}
     hardware = data.get("hardware") if isinstance(data.get("hardware"), Mapping) else {}
     return {

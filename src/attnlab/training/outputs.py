@@ -28,10 +28,6 @@ def _line(text: Any) -> str:
     return " ".join(str(text).splitlines()) if "\n" in str(text) or "\r" in str(text) else str(text)
 
 
-def _write(path: Path, text: str) -> None:
-    atomic_write_text(path, text)  # a reader (or a kill) never sees half a file; no temporary file is left
-
-
 def split_rows(task: TaskData, split: str, outputs: dict[int, Any]) -> list[dict[str, Any]]:
     """One row per decoded example of ``split``, in the split's order."""
     dataset = task.datasets[split]
@@ -62,7 +58,8 @@ def write_decoded_outputs(folder: str | os.PathLike, test_outputs: dict[str, dic
         rows = split_rows(task, split, outputs)
         folder.mkdir(parents=True, exist_ok=True)
         for suffix, key in (("hyp", "hypothesis"), ("ref", "reference"), ("src", "source")):
-            _write(folder / f"{prefix}.{suffix}", "".join(_line(r[key]) + "\n" for r in rows))
-        _write(folder / f"{prefix}.jsonl", "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
+            # atomic: a reader (or a kill) never sees half a file
+            atomic_write_text(folder / f"{prefix}.{suffix}", "".join(_line(r[key]) + "\n" for r in rows))
+        atomic_write_text(folder / f"{prefix}.jsonl", "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
         written.append(folder / f"{prefix}.hyp")
     return written
