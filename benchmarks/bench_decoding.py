@@ -72,8 +72,9 @@ def goal_beam_vs_greedy(a) -> tuple[list[str], dict]:
 
     from attnlab.cli.common import compose
     from attnlab.decoding.search import beam_search_reference
+    from attnlab.training.build import build_datamodule, build_module, build_task_data
     from attnlab.training.data import TaskDataModule
-    from attnlab.training.run import apply_scale, build_datamodule, build_module, build_task_data
+    from attnlab.training.scale import apply_scale
 
     overrides = SMOKE_OVERRIDES if a.quick else MT_OVERRIDES
     cfg = compose("train", overrides)

@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from attnlab.results.record import RECORD_FILENAME  # noqa: E402
 from benchmarks._common import REPO, fmt, goal, goal_line, machine, stats, write_results  # noqa: E402
 
 GOAL = 1 / 3
@@ -42,7 +43,7 @@ def one_run(run_dir: Path, tokenizer_cache: Path) -> tuple[float, float]:
     proc = subprocess.run([sys.executable, "-m", "attnlab.cli.train", *OVERRIDES, f"hydra.run.dir={run_dir}"],
                           cwd=REPO, env=env, capture_output=True, text=True, timeout=1800)
     wall = time.perf_counter() - start
-    record = run_dir / "results.json"
+    record = run_dir / RECORD_FILENAME
     if proc.returncode or not record.is_file():
         raise SystemExit(f"training failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
     cost = json.loads(record.read_text())["cost"]

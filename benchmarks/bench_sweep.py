@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from attnlab.results.record import RECORD_FILENAME  # noqa: E402
 from benchmarks._common import REPO, fmt, goal, goal_line, machine, stats, write_results  # noqa: E402
 
 ROWS = ",".join(f"ut/table4/{m}_{t}" for m in ("transformer", "ut") for t in ("addition", "copy", "reverse"))
@@ -42,7 +43,7 @@ def sweep(launcher: str, runs: Path, steps: int, jobs: int, extra: list[str]) ->
     if done.returncode:
         raise SystemExit(f"{launcher} sweep failed:\n{done.stderr[-3000:]}")
     metrics, run_walls = {}, {}
-    for record in runs.rglob("results.json"):
+    for record in runs.rglob(RECORD_FILENAME):
         data = json.loads(record.read_text())
         metrics[data["experiment"]] = data["metrics"]["final"]
         run_walls[data["experiment"]] = data["cost"]["wall_s"]  # the run's own wall time, start-up to record

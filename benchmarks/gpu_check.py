@@ -41,6 +41,7 @@ import torch.nn.functional as F
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+from attnlab.results.record import RECORD_FILENAME  # noqa: E402
 from benchmarks._common import goal, goal_line, unmeasured_goal  # noqa: E402
 
 SECTIONS = ("tests", "kernels", "training", "laptop")
@@ -60,6 +61,11 @@ TRAINING_ROWS = [
     # Dense base models of the MT tables at paper size, on the local Multi30k (WMT is not on the machine).
     ("Transformer base, MT", "ut/table7/transformer_base", ["task=mt/multi30k_en_de"]),
     ("UT base, MT", "ut/table7/ut_base", ["task=mt/multi30k_en_de"]),
+    # hardware.compile at the end: run when the budget allows; the MFU goal takes the better of the two.
+    ("Transformer base, MT, compiled", "ut/table7/transformer_base", ["task=mt/multi30k_en_de",
+                                                                      "hardware.compile=true"]),
+    ("full attention, 4096, compiled", "bigbird/table10/full_512", ["task.block_len=4096", "model.max_len=4096",
+                                                                    "hardware.compile=true"]),
 ]
 
 
@@ -213,7 +219,7 @@ def train(overrides: list[str], runs: Path, timeout: float) -> dict:
     except subprocess.TimeoutExpired:
         return {"error": f"timed out after {timeout:.0f} s", "wall_s": time.monotonic() - started}
     wall = time.monotonic() - started
-    record_path = run_dir / "results.json"
+    record_path = run_dir / RECORD_FILENAME
     if proc.returncode != 0 or not record_path.is_file():
         lines = [ln for ln in proc.stderr.strip().splitlines() if ln.strip()]
         return {"error": (lines[-1] if lines else f"exit {proc.returncode}")[:300], "wall_s": wall}
@@ -248,7 +254,7 @@ def measure_training(dry_run: bool, budget: Budget, runs: Path) -> dict:
 def committed_cpu_metrics(preset: str, metric: str) -> list[float]:
     """``metric`` of the committed CPU records of ``preset`` (results/runs), one per seed."""
     values = []
-    for path in sorted((REPO / "results" / "runs" / preset).glob("s*/results.json")):
+    for path in sorted((REPO / "results" / "runs" / preset).glob(f"s*/{RECORD_FILENAME}")):
         record = json.loads(path.read_text())
         if record.get("status") == "completed" and record["hardware"]["accelerator"] == "cpu":
             value = record["metrics"]["final"].get(metric)
@@ -305,10 +311,12 @@ def goals_of(report: dict) -> list[dict]:
             goals.append(unmeasured_goal(f"35.table10.{length}", what, f">= {target}x",
                                          full.get("error") or itc.get("error") or "no GPU run"))
     for label in ("full attention, 512", "full attention, 4096", "Transformer base, MT"):
-        run = training.get(label, {})
+        eager, compiled = training.get(label, {}), training.get(f"{label}, compiled", {})
+        run = max((r for r in (eager, compiled) if r.get("mfu") is not None), key=lambda r: r["mfu"], default=eager)
         what = f"dense MFU (executed FLOPs, bf16): {label}"
         if run.get("mfu") is not None and not report["dry_run"]:
-            goals.append(goal(f"36.mfu.{label}", what, run["mfu"], 0.40, unit="", digits=3))
+            note = "hardware.compile=true" if run is compiled else "eager"
+            goals.append(goal(f"36.mfu.{label}", what, run["mfu"], 0.40, unit="", digits=3, note=note))
         else:
             goals.append(unmeasured_goal(f"36.mfu.{label}", what, ">= 0.40", run.get("error") or "no GPU run"))
     laptop = report.get("laptop") or {}

@@ -161,7 +161,7 @@ def test_decoding_defaults_fill_what_a_task_or_an_old_checkpoint_leaves_out():
 def test_the_config_check_and_the_run_read_the_same_decoding_defaults():
     from omegaconf import OmegaConf
 
-    from attnlab.training.run import decoding_config
+    from attnlab.training.build import decoding_config
 
     cfg = OmegaConf.create({"task": {"name": "t", "decoding": {"strategy": "beam", "max_len_b": 3}}})
     assert decoding_config(cfg) == {**dataclasses.asdict(DecodingOptions()), "strategy": "beam", "max_len_b": 3}

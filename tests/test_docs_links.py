@@ -59,3 +59,50 @@ def test_relative_links_resolve(page):
         elif anchor and file.suffix == ".md" and anchor not in anchors(file.read_text(encoding="utf-8")):
             dead.append(f"{target}: no heading with that anchor in {file.relative_to(REPO).as_posix()}")
     assert not dead, f"{page.relative_to(REPO).as_posix()}: " + "; ".join(dead)
+
+
+DECISIONS = REPO / "docs" / "design_decisions.md"
+SRC_FILES = sorted(p for p in (REPO / "src").rglob("*") if p.suffix in (".py", ".yaml") and p.is_file())
+# "design decision(s) n[-m]", and the section it names when a link follows: ", docs/design_decisions.md#x" or
+# ", [docs](design_decisions.md#x)".
+CITATION = re.compile(r"design decisions? (\d+)(?:-(\d+))?"
+                      r"(?:,\s*(?:\[docs\]\()?(?:docs/)?design_decisions\.md#([\w-]+))?")
+
+
+def numbered_decisions() -> dict[int, str]:
+    """Decision number -> the anchor of the section of docs/design_decisions.md that writes it."""
+    found, section = {}, None
+    for line in FENCE.sub("", DECISIONS.read_text(encoding="utf-8")).splitlines():
+        if line.startswith("## "):
+            section = next(iter(anchors(line)))
+        elif m := re.match(r"(\d+)\. ", line):
+            assert int(m.group(1)) not in found, f"design decision {m.group(1)} is written twice"
+            found[int(m.group(1))] = section
+    return found
+
+
+def test_design_decisions_are_cited_by_numbers_and_sections_that_exist():
+    # The decisions are written once (docs/design_decisions.md); code, configs and pages cite them by number and
+    # section. A citation of a number the page does not have, or under another section's anchor, is a dead link.
+    written = numbered_decisions()
+    assert set(written) == set(range(1, 29)), sorted(written)
+    files = [*SRC_FILES, *sorted((REPO / "tests").rglob("*.py")), *PAGES]
+    dead = []
+    for path in files:
+        text = path.read_text(encoding="utf-8")
+        for m in CITATION.finditer(text):
+            first, last, anchor = int(m.group(1)), int(m.group(2) or m.group(1)), m.group(3)
+            where = f"{path.relative_to(REPO).as_posix()}: {m.group(0)!r}"
+            if not all(n in written for n in range(first, last + 1)):
+                dead.append(f"{where}: no such decision")
+            elif anchor is not None and anchor != written[first]:
+                dead.append(f"{where}: decision {first} is under #{written[first]}")
+    assert not dead, "; ".join(dead)
+
+
+def test_no_citation_of_notes_outside_the_repository():
+    # "SEMANTICS n" named the team's notes, which are not in the repository: a reader could not follow it.
+    cited = [p.relative_to(REPO).as_posix() for p in [*SRC_FILES, *sorted((REPO / "tests").rglob("*.py"))]
+             if p.name != Path(__file__).name and re.search(r"SEMANTICS\b", p.read_text(encoding="utf-8"))]
+    assert not cited
+

@@ -100,3 +100,35 @@ def test_every_network_numbers_its_attention_layers_so_each_draws_its_own_plan(n
     assert indices == sorted(set(indices)) and indices[0] == 0
     plans = [m.random_blocks for m in sparse]
     assert all(not torch.equal(a, b) for i, a in enumerate(plans) for b in plans[i + 1:])
+
+
+@pytest.mark.parametrize("attention", ["vanilla", "qknorm", "synth_dense", "bigbird"])
+@pytest.mark.parametrize("network", ["encoder_decoder", "decoder_lm", "classifier", "mlm"])
+def test_a_batch_said_to_hold_no_padding_gives_what_the_masked_network_gives(network, attention):
+    """``padded=False`` (read from the batch on the host) builds no attention mask, and a causal layer takes
+    SDPA's ``is_causal`` instead: on a batch without padding the outputs must equal the masked ones (a
+    misaligned causal flag, or the classifier's pooling without a mask, would differ)."""
+    from attnlab.models import EncoderMLM
+
+    torch.manual_seed(0)
+    cfg = {**CFG, "attention": {"name": attention, **({"block_size": 2} if attention == "bigbird" else {})}}
+    ids, other = torch.randint(3, 10, (2, 8)), torch.randint(3, 10, (2, 8))
+    if network == "encoder_decoder":
+        model = EncoderDecoder(cfg, src_vocab=10, tgt_vocab=10, pad_id=0, max_len=16).eval()
+        run = lambda flags: model(ids, other, padded=flags)[0]  # noqa: E731
+        flags = {"src": False, "tgt_in": False}
+    elif network == "decoder_lm":
+        model = DecoderLM(cfg, vocab=10, pad_id=0, max_len=16).eval()
+        run = lambda flags: model(ids, padded=flags)[0]  # noqa: E731
+        flags = {"ids": False}
+    elif network == "classifier":
+        model = EncoderClassifier(cfg, vocab=10, pad_id=0, max_len=16, num_classes=3).eval()
+        run = lambda flags: model(ids, padded=flags)[0]  # noqa: E731
+        flags = {"ids": False}
+    else:
+        model = EncoderMLM(cfg, vocab=10, pad_id=0, max_len=16).eval()
+        scored = torch.rand(2, 8) < 0.5
+        run = lambda flags: model(ids, scored, padded=flags)[0]  # noqa: E731
+        flags = {"ids": False}
+    with torch.no_grad():
+        torch.testing.assert_close(run(flags), run(None), rtol=1e-5, atol=1e-5)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from attnlab.training.build import derive_batching, micro_batch_ceiling
 from attnlab.training.checkpointing import cuda_state_for_this_device
-from attnlab.training.run import derive_batching, micro_batch_ceiling
 from tests.conftest import compose
 
 

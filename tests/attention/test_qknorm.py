@@ -86,7 +86,7 @@ def test_model_builder_takes_the_975th_percentile_of_training_lengths():
     # by definition: linear interpolation between order statistics at rank 0.975 * (n - 1).
     from omegaconf import OmegaConf
 
-    from attnlab.training.run import model_config
+    from attnlab.training.build import model_config
 
     lengths = [3] * 50 + [10] * 30 + list(range(11, 41))  # skewed: median 10, p97.5 near 38
     ordered = sorted(lengths)
@@ -107,8 +107,9 @@ def test_model_builder_takes_the_975th_percentile_of_training_lengths():
 
 
 def test_auto_cross_attention_is_qknorm_inside_a_model():
-    # QKNorm normalises encoder self-, decoder self- and cross-attention (SEMANTICS 23); with
-    # model.cross_attention=auto every attention module of the network must be QKNorm.
+    # QKNorm normalises encoder self-, decoder self- and cross-attention (design decision 23,
+    # docs/design_decisions.md#qknorm); with model.cross_attention=auto every attention module of the network must be
+    # QKNorm.
     from attnlab.attention.qknorm import QKNormAttention
     from attnlab.models import EncoderDecoder
 

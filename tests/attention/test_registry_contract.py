@@ -11,8 +11,8 @@ import yaml
 
 import attnlab
 from attnlab.attention import AttentionError, available, build_attention, get_entry, reorder_cache
+from attnlab.attention.capture import capture_attention_weights
 from attnlab.attention.masks import causal_allowed
-from attnlab.attention.recording import record_attention_weights
 
 from .conftest import D_MODEL, HEADS, MAX_LEN
 
@@ -224,10 +224,10 @@ def test_the_default_options_serve_the_cpu(make, name):
 
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("name", NAMES)
-def test_recorded_weights_are_the_weights_the_output_used(make, name, causal):
-    """Every variant records its post-mask softmax weights (Synthesizer Figure 2), and they are exact:
+def test_captured_weights_are_the_weights_the_output_used(make, name, causal):
+    """Every variant captured its post-mask softmax weights (Synthesizer Figure 2), and they are exact:
     rows sum to 1 over allowed keys, masked keys get 0, weights @ V through the value and output
-    projections is the output, and recording does not change the output."""
+    projections is the output, and capturing does not change the output."""
     if causal and name not in CAUSAL:
         pytest.skip("no causal form")
     m = make(name, causal=causal)
@@ -235,14 +235,14 @@ def test_recorded_weights_are_the_weights_the_output_used(make, name, causal):
     x = torch.randn(2, n, D_MODEL)
     pad = torch.arange(n)[None] >= torch.tensor(lengths)[:, None]
     normal = m(x, key_padding_mask=pad)
-    with record_attention_weights(m) as records:
-        recorded = m(x, key_padding_mask=pad)
-    assert len(records) == 1
-    record = records[0]
-    assert record.available, record.note
-    torch.testing.assert_close(recorded, normal, atol=1e-5, rtol=1e-5)
-    weights, allowed = record.dense()
-    assert weights.shape == (2, HEADS, n, n) and record.extra_keys == 0
+    with capture_attention_weights(m) as captured:
+        with_capture = m(x, key_padding_mask=pad)
+    assert len(captured) == 1
+    capture = captured[0]
+    assert capture.available, capture.note
+    torch.testing.assert_close(with_capture, normal, atol=1e-5, rtol=1e-5)
+    weights, allowed = capture.dense()
+    assert weights.shape == (2, HEADS, n, n) and capture.extra_keys == 0
     real_rows = (~pad)[:, None, :, None].expand_as(weights)
     may_see = (~pad)[:, None, None, :].expand_as(weights)  # padding keys are never attended
     if causal:

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from attnlab.attention import AttentionError, build_attention
-from attnlab.attention.synthesizer_common import SYNTH_FNS
+from attnlab.attention.synthesizer import SYNTH_FNS
 
 from .conftest import D_MODEL, HEADS, MAX_LEN
 
@@ -94,7 +94,8 @@ def _fixed_rs(model):
 
 def test_fixed_random_has_its_own_draw_per_layer_and_head_from_the_run_seed():
     # The paper's Fixed Random is an untrained random initialisation: every layer and head its own N(0, 1)
-    # draw (SEMANTICS 5), derived from the run seed; one R shared by all layers is a narrower model.
+    # draw (design decision 5, docs/design_decisions.md#synthesizer), derived from the run seed; one R shared by all
+    # layers is a narrower model.
     rs = _fixed_rs(_fixed_random_model(seed=7))
     assert len(rs) == 6  # 3 encoder + 3 decoder self-attentions
     flat = [r.reshape(-1) for r in rs.values()]
@@ -117,7 +118,7 @@ def test_fixed_random_has_its_own_draw_per_layer_and_head_from_the_run_seed():
 def test_run_seed_reaches_fixed_random_draws():
     from omegaconf import OmegaConf
 
-    from attnlab.training.run import model_config
+    from attnlab.training.build import model_config
 
     class _Task:
         max_len, train_lengths = 16, [3, 5]
@@ -261,8 +262,8 @@ def test_explicit_l_max_holds_the_data_and_bounds_decoding():
     from omegaconf import OmegaConf
 
     from attnlab.tasks import TaskData
+    from attnlab.training.build import model_config
     from attnlab.training.config import ConfigError
-    from attnlab.training.run import model_config
 
     def task(longest_source):
         pairs = [(list(range(longest_source)), [1, 2, 3]), ([4], [5])]

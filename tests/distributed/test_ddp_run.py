@@ -4,6 +4,8 @@ test sat in the slow tier that CI does not run). About 15 seconds."""
 
 from __future__ import annotations
 
+import pytest
+
 from attnlab.results.record import read_record, validate_record
 from tests.test_slow import SMALL, _train
 
@@ -62,3 +64,27 @@ def test_an_update_is_the_same_over_micro_batches_and_ranks(tmp_path):
         for key in compared:
             torch.testing.assert_close(weights[name][key], one[key], atol=1e-6, rtol=1e-5, msg=lambda m, k=key,
                                        n=name: f"{n}: {k}: {m}")
+
+
+@pytest.mark.slow
+def test_a_ddp_run_stopped_and_resumed_ends_where_the_uninterrupted_one_does(tmp_path):
+    """Issue 36: resume under DDP. Two gloo ranks train 8 updates in one go, and 4 + 4 with a resume from the
+    step-4 checkpoint in between (every rank restores its own data position and random state): both end at
+    the same weights, bit for bit, and the resumed run's record counts 8 steps once."""
+    import torch
+
+    common = [*SMALL, "hardware=ddp_sim", "hardware.max_batch_per_device=8", "trainer.val_check_interval=4",
+              "callbacks.checkpoint.every_n_steps=2", "model.dropout=0.1", "logger=csv"]
+    common = [a for a in common if not a.startswith(("trainer.max_steps", "trainer.val_check_interval=3"))]
+    whole, split = tmp_path / "whole", tmp_path / "split"
+    proc = _train([*common, "trainer.max_steps=8", f"hydra.run.dir={whole}"], tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    proc = _train([*common, "trainer.max_steps=4", f"hydra.run.dir={split}"], tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    proc = _train([*common, "trainer.max_steps=8", f"hydra.run.dir={split}"], tmp_path)  # resume=auto
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (expected, step_a), (got, step_b) = _final_weights(whole), _final_weights(split)
+    assert step_a == step_b == 8
+    assert all(torch.equal(got[key], value) for key, value in expected.items())
+    record = read_record(split / "results.json")
+    assert record["status"] == "completed" and record["cost"]["steps"] == 8

@@ -1,4 +1,5 @@
-"""Universal Transformer recurrences ``ut`` and ``ut_act`` (SEMANTICS 10-16)."""
+"""Universal Transformer recurrences ``ut`` and ``ut_act`` (design decisions 10-16,
+docs/design_decisions.md#universal-transformer)."""
 
 from __future__ import annotations
 
@@ -417,7 +418,8 @@ def test_act_encoder_follows_the_paper_listing(halted_state):
     assert (other[real] - ref[real]).abs().max() > 1e-3  # the two readings differ on this input
     torch.testing.assert_close(h[real].double(), ref[real], atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(aux["steps"].double(), n_ref)
-    ponder = float((n_ref + r_ref)[real].mean())  # mean over real tokens only (SEMANTICS 13)
+    # mean over real tokens only (design decision 13, docs/design_decisions.md#universal-transformer)
+    ponder = float((n_ref + r_ref)[real].mean())
     assert float(aux["log/ponder_cost"]) == pytest.approx(ponder, rel=1e-5)
     assert float(aux["loss/ponder"].detach()) == pytest.approx(0.01 * ponder, rel=1e-5)
 

@@ -133,3 +133,50 @@ def test_unexpected_error_in_one_sweep_job_is_recorded_and_the_sweep_goes_on(tmp
     assert all(validate_record(r) == [] for r in records.values())
     assert sys.modules["wandb"].run is None, "the failed job's wandb run must be closed"
     assert "Traceback" in (next(sweep.glob("0-*")) / "train.log").read_text()  # the bug's traceback is kept
+
+
+DEFERRED = ["hardware.fused_optimizer=true", "hardware.nan_check=deferred"]
+
+
+def test_a_deferred_check_skips_on_the_device_exactly_as_the_host_check_skips(tmp_path, monkeypatch):
+    """hardware.nan_check=deferred (the GPU default) never reads the loss on the host in a step: the fused
+    optimizer skips the update itself. Its run must end at the very weights of the host-checked run (a flag
+    that never reached the optimizer would let the Inf into the weights; one read a step late would skip the
+    wrong update)."""
+    monkeypatch.chdir(tmp_path)
+    ends = {}
+    for check in ("every_step", "deferred"):
+        _poison_loss(monkeypatch, at_step=3, value=math.inf)
+        run_dir = tmp_path / check
+        train_main([*SHORT, "nan_policy=skip", "max_skipped_batches=2", "hardware.fused_optimizer=true",
+                    f"hardware.nan_check={check}", "trainer.log_every_n_steps=4", f"hydra.run.dir={run_dir}"])
+        record = read_record(run_dir / "results.json")
+        assert record["status"] == "completed" and record["extra"]["skipped_batches"] == 1, check
+        ends[check] = load_checkpoint_file(run_dir / "checkpoints" / LAST)
+    host, device = ends["every_step"], ends["deferred"]
+    assert all(torch.isfinite(v).all() for v in device["state_dict"].values())
+    assert all(torch.equal(device["state_dict"][k], v) for k, v in host["state_dict"].items())
+    moments = [s["exp_avg"] for s in device["optimizer_states"][0]["state"].values()]
+    assert all(torch.isfinite(m).all() for m in moments)
+
+
+def test_a_deferred_check_stops_at_its_next_read_naming_the_first_bad_step(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    _poison_loss(monkeypatch, at_step=3)
+    run_dir = tmp_path / "run"
+    code, err = run_cli(train_main, [*SHORT, *DEFERRED, "trainer.log_every_n_steps=5", f"hydra.run.dir={run_dir}"],
+                        capsys)
+    line = one_clear_line(err)
+    assert code == 1
+    assert "non-finite loss at step 3" in line and "nll=nan" in line and "no checkpoint holds an update" in line
+    record = read_record(run_dir / "results.json")
+    assert record["status"] == "failed" and "non-finite loss at step 3" in record["error"]
+    last = load_checkpoint_file(run_dir / "checkpoints" / LAST)
+    assert all(torch.isfinite(v).all() for v in last["state_dict"].values())
+
+
+def test_a_deferred_check_without_an_optimizer_that_can_skip_is_refused_in_one_line(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    code, err = run_cli(train_main, [*SHORT, "hardware.nan_check=deferred", "hardware.fused_optimizer=false",
+                                     f"hydra.run.dir={tmp_path / 'run'}"], capsys)
+    assert code == 2 and "hardware.nan_check=deferred needs" in one_clear_line(err)

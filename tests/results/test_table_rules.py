@@ -67,6 +67,15 @@ def test_records_without_a_config_file_are_told_apart_by_their_command(workspace
         _build(workspace)
 
 
+def test_command_keys_the_config_hash_leaves_out_do_not_split_a_cell(workspace, put_record):
+    # One exclusion list (results.record.DEFAULT_HASH_EXCLUDE) for the hash, the saved config and the command.
+    put_record("a", seed=1, command="attnlab-train experiment=x seed=1 trainer.log_every_n_steps=10 "
+                                    "hardware.num_workers=0 paths.data_root=/d hydra.run.dir=/r")
+    put_record("b", seed=2, command="attnlab-train experiment=x seed=2 callbacks.record_attention=true "
+                                    "logger=wandb resume=never")
+    assert _build(workspace).rows[0].cells[0].stat.n == 2
+
+
 def test_init_from_is_compared_inside_its_runs_dir(workspace, put_record):
     # Two seeds of a T5-path row, each swept into its own RUNS dir: the same pre-training step, one cell.
     ckpt = "t5_pretrain/${pretrain_experiment}-s${seed}/checkpoints/last.ckpt"

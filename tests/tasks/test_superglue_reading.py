@@ -12,8 +12,8 @@ from attnlab.metrics.reading import (
     exact_match,
     multirc_scores,
     pick_candidates,
-    record_scores,
     squad_normalise,
+    superglue_record_scores,
     token_f1,
 )
 from attnlab.tasks import DataError, build_task
@@ -59,11 +59,11 @@ def test_squad_normalisation_and_token_f1():
 
 
 def test_record_takes_the_best_gold_answer_per_query_then_the_mean():
-    got = record_scores(["Barack Obama", "London", "Paris"],
+    got = superglue_record_scores(["Barack Obama", "London", "Paris"],
                         [["Obama", "President Obama"], ["London"], ["Berlin"]])
     assert got["f1"] == pytest.approx(100 * (2 / 3 + 1 + 0) / 3)
     assert got["em"] == pytest.approx(100 * 1 / 3)
-    assert record_scores(["x"], [[]]) == {"f1": 0.0, "em": 0.0}  # no gold answer: cannot be right
+    assert superglue_record_scores(["x"], [[]]) == {"f1": 0.0, "em": 0.0}  # no gold answer: cannot be right
 
 
 def test_pick_candidates_is_argmax_per_query_first_on_ties():
@@ -182,10 +182,10 @@ def test_record_on_hub_schema_fixture(monkeypatch, tmp_path):
 
 
 def test_record_candidate_text_fills_the_placeholder_and_drops_highlight_markers(monkeypatch, tmp_path):
-    from attnlab.tasks.glue import record_candidates
+    from attnlab.tasks.glue import superglue_record_candidates
 
     row = record_hub_rows(record_release(1))[0]
-    candidates = record_candidates(row, "x:1")
+    candidates = superglue_record_candidates(row, "x:1")
     assert [c.entity for c in candidates] == sorted(NAMES[:3])
     bob = next(c for c in candidates if c.entity == "Bob Jones")
     assert bob.label == 1 and bob.text.startswith("Bob Jones was met by Alice Smith on day 0 . [SEP] ")

@@ -63,7 +63,7 @@ class Attention(nn.Module):
 
     capabilities: ClassVar[Capabilities] = Capabilities()
     name: ClassVar[str] = ""
-    # Set on an instance only inside ``recording.record_attention_weights``; the class default keeps the
+    # Set on an instance only inside ``capture.capture_attention_weights``; the class default keeps the
     # normal path to one attribute check.
     _weights_sink: Callable[[Any], None] | None = None
     # True on an instance only inside ``countable_kernels``: a variant with fast kernels then runs its
@@ -94,16 +94,16 @@ class Attention(nn.Module):
         self.dropout = dropout
         self.is_cross = cross
 
-    # -- attention-weight recording (``attnlab.attention.recording``) ------------------------------
+    # -- attention capture (``attnlab.attention.capture``) -------------------------------------------
     @property
-    def recording_weights(self) -> bool:
-        """True inside ``record_attention_weights``: a self-attention forward without a cache must then
+    def capturing_weights(self) -> bool:
+        """True inside ``capture_attention_weights``: a self-attention forward without a cache must then
         compute its post-mask softmax weights explicitly and pass them to ``emit_weights``."""
         return self._weights_sink is not None
 
-    def emit_weights(self, record: Any) -> None:
+    def emit_weights(self, capture: Any) -> None:
         if self._weights_sink is not None:
-            self._weights_sink(record)
+            self._weights_sink(capture)
 
     def bind_layer(self, layer_index: int, run_seed: int) -> None:
         """Told once, after the network is built (``number_attention_layers``), which layer this module is

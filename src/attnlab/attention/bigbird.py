@@ -11,6 +11,7 @@ from torch import nn
 
 from attnlab.attention._cache import append_padding, append_to_cache
 from attnlab.attention.base import Attention, AttentionError, Cache, Capabilities
+from attnlab.attention.capture import AttentionWeights, WeightPart, emit_dense
 from attnlab.attention.kernels.blocksparse_blocked import blocked_blocksparse_attention
 from attnlab.attention.kernels.blocksparse_flex import flex_available, flex_blocksparse_attention, flex_bucket
 from attnlab.attention.kernels.blocksparse_reference import (
@@ -23,7 +24,6 @@ from attnlab.attention.kernels.blocksparse_reference import (
     gathered_probs,
 )
 from attnlab.attention.masks import build_allowed_mask
-from attnlab.attention.recording import AttentionWeights, WeightPart, emit_dense
 from attnlab.attention.registry import register_attention
 
 log = logging.getLogger(__name__)
@@ -221,52 +221,9 @@ def bigbird_reference_allowed(plan: BlockSparsePlan, length: int) -> torch.Tenso
 class BigBirdAttention(Attention):
     """BigBird: each query block sees global blocks, a window of w blocks and r random blocks.
 
-    Decisions (design decisions 17-22, docs/design_decisions.md):
-    17. Defaults: block 64, window 3, 2 global blocks (bidirectional: first and last), 3 random blocks.
-        Random plans are per head and per layer (official ``bigbird_block_rand_mask_with_head``, HF): the
-        buffer ``random_blocks`` (P, n_max, r) holds, for each plan head and query block of the
-        n_max = ceil(max_len / block) frame, r distinct key blocks drawn uniformly outside its window
-        and globals (causal: strictly earlier). It is drawn from a generator seeded by (seed, layer index),
-        seed = option ``seed`` or, when null, the run seed (``torch.initial_seed()``, which
-        ``seed_everything(cfg.seed)`` sets before the model is built); the network passes the layer
-        index through ``bind_layer`` (``attention.base.number_attention_layers``). It is persistent: the
-        same plan in train and eval, and after a checkpoint. O(H * L / block * r) memory: linear in length.
-        ``share_plan_across_heads`` (P = 1) and ``share_plan_across_layers`` (the layer index left out of
-        the seed) restore a shared plan. ``resample="every_step"`` redraws it (from the global torch RNG)
-        at every training forward, HF's behaviour; eval then uses the last drawn plan.
-        Hence ``bounded_length``: inputs longer than max_len are refused.
-    18. Dense fallback per call, never sticky, logged once per length. Default (``dense_fallback_len``
-        null): only where it is exact, i.e. when the plan for the padded length lists, in every head,
-        every key block each query block could see; dense and sparse outputs are then equal. An explicit
-        ``dense_fallback_len`` uses dense attention for lengths <= it (0 disables the fallback); for
-        bidirectional modules this makes outputs of short batches differ from the sparse plan; for causal
-        modules a threshold above (g + w + r) * block is refused (beyond it dense and sparse differ).
-    19. Lengths are padded up to a block multiple (the padding is masked) and the output unpadded. The
-        plan of n blocks is the top-left corner of the n_max-block plan (``build_bigbird_plan``), so an
-        example's output does not depend on how much padding its batch adds (the official code pads
-        every input to max_len): its random keys never move. Trailing bidirectional global blocks are the
-        last blocks of the max_len frame, so inputs shorter than max_len keep only the leading globals (as
-        in the official code), and random picks beyond an input's length fall on padding.
-    20. Causal BigBird: leading global blocks only, random blocks strictly from the past, element-level
-        causal mask inside diagonal blocks; decoding gathers the plan row of the current block from the
-        cached keys and equals the full forward.
-    21. No attention dropout in the sparse path (as the official code) nor in the dense fallback, so the
-        fallback does not change regularisation; the model's residual dropout is unaffected.
-    22. The sparse core (option ``impl``) is one of three kernels over the same plan tables, equal in
-        value and gradient (tests/attention/test_bigbird_fast.py): ``reference``
-        (``kernels.blocksparse_reference``: plain tensor gathers under autograd, O(L) memory, no L x L
-        score matrix); ``blocked`` (``kernels.blocksparse_blocked``: cache-sized chunks of query rows
-        and a hand-written backward that recomputes the probabilities, the fast CPU path); ``flex``
-        (``kernels.blocksparse_flex``: FlexAttention with a BlockMask built from the plan, compiled per
-        bucket of lengths; on CPU forward only, since torch 2.13 has no CPU backward for it). ``auto``
-        picks flex on CUDA and blocked elsewhere. Incremental decoding always uses the reference row
-        gather (one block row per step).
-    Building blocks of the paper's Table 1 (options): random only ``window_blocks=0,
-    num_global_blocks=0, num_random_blocks=r``; window only ``window_blocks=w, num_global_blocks=0,
-    num_random_blocks=0``; random + window ``window_blocks=w, num_global_blocks=0, num_random_blocks=r``;
-    BigBird-ITC adds ``num_global_blocks=g``. ETC (extra global tokens with their own embeddings, patent)
-    is not implemented: it needs extra positions carried through every layer of the network, not a
-    per-layer option.
+    Design decisions 17-22 (docs/design_decisions.md#bigbird): defaults and per-head, per-layer random plans,
+    the dense fallback, padding to blocks, causal BigBird, no attention dropout, and the three kernels (option
+    ``impl``: reference, blocked, flex) over one plan; the same section lists Table 1's building blocks.
     Cross-attention is not block-sparse (``capabilities.cross=False``): it stays dot-product.
     """
 
@@ -406,7 +363,7 @@ class BigBirdAttention(Attention):
                 allowed = torch.ones(1, 1, 1, 1, 1, dtype=torch.bool, device=x.device)
             else:
                 allowed = allowed[:, :, None]
-            if self.recording_weights:
+            if self.capturing_weights:
                 probs = gathered_probs(q[:, :, None], k[:, :, None], allowed, scale)
                 emit_dense(self, probs[:, :, 0], allowed[:, :, 0], key_padding_mask, note="dense fallback")
                 out = apply_gathered(probs, v[:, :, None])
@@ -414,7 +371,7 @@ class BigBirdAttention(Attention):
                 out = attend_gathered(q[:, :, None], k[:, :, None], v[:, :, None], allowed, scale)
             return self.out_proj(self.merge_heads(out[:, :, 0]))
         need_grad = torch.is_grad_enabled() and (x.requires_grad or any(p.requires_grad for p in self.parameters()))
-        counted = self.recording_weights or self.counting_flops  # both need the plain-tensor reference
+        counted = self.capturing_weights or self.counting_flops  # both need the plain-tensor reference
         kernel = "reference" if counted else self.kernel_for(
             x.device, need_grad, dtype=q.dtype, length=length, padded=key_padding_mask is not None)
         if kernel == "flex":
@@ -432,7 +389,7 @@ class BigBirdAttention(Attention):
                 pad = torch.zeros(b, length, dtype=torch.bool, device=x.device)
             pad = F.pad(pad, (0, extra), value=True)
         plan = self.plan_for_length(padded, x.device)
-        if self.recording_weights:
+        if self.capturing_weights:
             out = self._sparse_recorded(q, k, v, plan, pad, scale, length)
         elif kernel == "flex":
             out = flex_blocksparse_attention(q, k, v, plan, key_padding_mask=pad, scale=scale)

@@ -34,18 +34,24 @@ def build_allowed_mask(
     Rows with no allowed key (a padding query of an all-padding sequence) are opened fully so that
     softmax stays finite; their outputs are padding and are ignored by every loss and metric.
     """
-    allowed = None
+    # Empty rows are opened without asking the device whether there are any (``if empty.any()`` waits for
+    # the accelerator at every layer of every step): the opening is applied unconditionally, on the smallest
+    # tensor that decides it, so a padding-only mask stays an expanded (batch, key_len) view.
     if key_padding_mask is not None:
-        allowed = (~key_padding_mask.bool())[:, None, None, :].expand(batch, 1, query_len, key_len)
+        keys = ~key_padding_mask.bool()
+        if not causal:
+            return _open_empty_rows(keys)[:, None, None, :].expand(batch, 1, query_len, key_len)
+        allowed = keys[:, None, None, :] & causal_allowed(query_len, key_len, query_offset, device=device)
+        return _open_empty_rows(allowed)
     if causal:
-        c = causal_allowed(query_len, key_len, query_offset, device=device)[None, None]
-        allowed = c.expand(batch, 1, query_len, key_len) if allowed is None else allowed & c
-    if allowed is None:
-        return None
-    empty = ~allowed.any(dim=-1, keepdim=True)
-    if bool(empty.any()):
-        allowed = allowed | empty
-    return allowed
+        c = _open_empty_rows(causal_allowed(query_len, key_len, query_offset, device=device))
+        return c[None, None].expand(batch, 1, query_len, key_len)
+    return None
+
+
+def _open_empty_rows(allowed: torch.Tensor) -> torch.Tensor:
+    """``allowed`` with every row (last dim) that allows no key opened fully; other rows unchanged."""
+    return allowed | ~allowed.any(dim=-1, keepdim=True)
 
 
 def mask_logits(logits: torch.Tensor, allowed: torch.Tensor | None) -> torch.Tensor:

@@ -46,18 +46,8 @@ class QKNormOptions:
 class QKNormAttention(DotProductAttention):
     """softmax(g * q_hat k_hat^T) V with q_hat, k_hat unit vectors per head (Henry et al. 2020).
 
-    Decisions (design decisions 23-26, docs/design_decisions.md):
-    - q and k are L2-normalised per head along head_dim, after projection and (for decoding) after the
-      cache, so cached keys are stored unnormalised and normalised at use: same result, one code path.
-    - One learnable scalar ``g`` per module, shared by all heads; there is no 1/sqrt(d_h).
-    - g0 = log2(L^2 - L) with L the 97.5th percentile of training lengths (``train_length_p975``, filled
-      by the model builder from the task's data; ``qknorm_g0`` computes it). An explicit ``g0`` wins;
-      without either, L = max_len; without max_len the builder refuses.
-    - The fused kernel (SDPA) would multiply by 1/sqrt(d_h) by default: ``g`` is folded into q and SDPA
-      is called with scale=1 (``DotProductAttention.attend``), which keeps g in the autograd graph.
-    - Fixed-scale and RMSNorm-with-1/sqrt(d) variants are not QKNorm and are not offered under this name.
-    Self-attention (causal or not), cross-attention and incremental decoding all go through the same
-    normalisation, as in the paper.
+    Design decisions 23-26 (docs/design_decisions.md#qknorm): normalisation per head (cached keys at use), one
+    learnable g shared by heads, g0 from the 97.5th percentile of training lengths, g folded into q for SDPA.
     """
 
     @classmethod

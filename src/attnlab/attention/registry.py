@@ -67,7 +67,9 @@ def build_attention(
     cross: bool = False,
     **variant_options: Any,
 ) -> Attention:
-    """Build one attention module, refusing with one clear line what the variant cannot do."""
+    """Build one attention module, refusing with one clear line what the variant cannot do.
+
+    The keywords are ``Attention.__init__``'s, spelled out rather than passed on blindly: the checks read them."""
     entry = get_entry(name)
     caps = entry.cls.capabilities
     if cross and not caps.cross:

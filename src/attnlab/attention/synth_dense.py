@@ -2,18 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from attnlab.attention.registry import register_attention
-from attnlab.attention.synthesizer_common import DenseFnOptions, FactorizedDenseOptions, SynthesizerAttention
+from attnlab.attention.synthesizer import DenseFnOptions, FactorizedDenseOptions, SynthesizerAttention
 
 
-@dataclass
-class SynthDenseOptions(DenseFnOptions):
-    pass
-
-
-@register_attention("synth_dense", options=SynthDenseOptions, summary="Dense synthesizer: B_i = F(X_i)")
+@register_attention("synth_dense", options=DenseFnOptions, summary="Dense synthesizer: B_i = F(X_i)")
 class SynthDenseAttention(SynthesizerAttention):
     """Dense synthesizer: softmax(F(X)) G(X), F: d -> l_max two-layer ReLU by default (eq. 1-2).
 
@@ -24,13 +17,8 @@ class SynthDenseAttention(SynthesizerAttention):
     component_names = ("dense",)
 
 
-@dataclass
-class SynthFactorizedDenseOptions(FactorizedDenseOptions):
-    pass
-
-
 @register_attention(
-    "synth_factorized_dense", options=SynthFactorizedDenseOptions,
+    "synth_factorized_dense", options=FactorizedDenseOptions,
     summary="Factorized dense synthesizer: H_A(F_A(X_i)) * H_B(F_B(X_i))",
 )
 class SynthFactorizedDenseAttention(SynthesizerAttention):

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 from attnlab.attention.base import AttentionError
 from attnlab.attention.registry import register_attention
-from attnlab.attention.synthesizer_common import (
+from attnlab.attention.synthesizer import (
     COMPONENTS,
     DenseFnOptions,
     FactorizedDenseOptions,
@@ -43,13 +43,19 @@ class SynthMixtureAttention(SynthesizerAttention):
     """
 
 
+# The two-component presets: the options of the parametrised components, plus the mixture's weights.
 @dataclass
-class SynthRandomDenseOptions(DenseFnOptions, MixtureWeightOptions):
-    pass
+class DenseMixtureOptions(DenseFnOptions, MixtureWeightOptions):
+    """A preset mixture whose only component with options of its own is ``dense`` (random and vanilla have none)."""
+
+
+@dataclass
+class RandomMixtureOptions(SynthOptions, MixtureWeightOptions):
+    """The ``random`` + ``vanilla`` preset: only the biases and the mixture weights."""
 
 
 @register_attention(
-    "synth_random_dense", options=SynthRandomDenseOptions, summary="Mixture: random + dense synthesizer"
+    "synth_random_dense", options=DenseMixtureOptions, summary="Mixture: random + dense synthesizer"
 )
 class SynthRandomDenseAttention(SynthesizerAttention):
     """Preset mixture (random, dense), the paper's "Mixture (R+D)". Weights order follows the name."""
@@ -57,13 +63,8 @@ class SynthRandomDenseAttention(SynthesizerAttention):
     component_names = ("random", "dense")
 
 
-@dataclass
-class SynthDenseVanillaOptions(DenseFnOptions, MixtureWeightOptions):
-    pass
-
-
 @register_attention(
-    "synth_dense_vanilla", options=SynthDenseVanillaOptions,
+    "synth_dense_vanilla", options=DenseMixtureOptions,
     summary="Mixture: dense synthesizer + dot product",
 )
 class SynthDenseVanillaAttention(SynthesizerAttention):
@@ -72,13 +73,8 @@ class SynthDenseVanillaAttention(SynthesizerAttention):
     component_names = ("dense", "vanilla")
 
 
-@dataclass
-class SynthRandomVanillaOptions(SynthOptions, MixtureWeightOptions):
-    pass
-
-
 @register_attention(
-    "synth_random_vanilla", options=SynthRandomVanillaOptions,
+    "synth_random_vanilla", options=RandomMixtureOptions,
     summary="Mixture: random synthesizer + dot product",
 )
 class SynthRandomVanillaAttention(SynthesizerAttention):

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from attnlab.attention.registry import register_attention
-from attnlab.attention.synthesizer_common import (
+from attnlab.attention.synthesizer import (
     FactorizedRandomOptions,
     FixedRandomOptions,
     SynthesizerAttention,
@@ -13,12 +11,7 @@ from attnlab.attention.synthesizer_common import (
 )
 
 
-@dataclass
-class SynthRandomOptions(SynthOptions):
-    pass
-
-
-@register_attention("synth_random", options=SynthRandomOptions, summary="Random synthesizer: trainable R")
+@register_attention("synth_random", options=SynthOptions, summary="Random synthesizer: trainable R")
 class SynthRandomAttention(SynthesizerAttention):
     """Random synthesizer: softmax(R) G(X) with R an ``nn.Parameter`` of shape (H, l_max, l_max).
 
@@ -29,13 +22,8 @@ class SynthRandomAttention(SynthesizerAttention):
     component_names = ("random",)
 
 
-@dataclass
-class SynthFixedRandomOptions(FixedRandomOptions):
-    pass
-
-
 @register_attention(
-    "synth_fixed_random", options=SynthFixedRandomOptions,
+    "synth_fixed_random", options=FixedRandomOptions,
     summary="Fixed random synthesizer: seeded, frozen R",
 )
 class SynthFixedRandomAttention(SynthesizerAttention):
@@ -50,13 +38,8 @@ class SynthFixedRandomAttention(SynthesizerAttention):
     component_names = ("fixed_random",)
 
 
-@dataclass
-class SynthFactorizedRandomOptions(FactorizedRandomOptions):
-    pass
-
-
 @register_attention(
-    "synth_factorized_random", options=SynthFactorizedRandomOptions,
+    "synth_factorized_random", options=FactorizedRandomOptions,
     summary="Factorized random synthesizer: softmax(R1 R2^T)",
 )
 class SynthFactorizedRandomAttention(SynthesizerAttention):

@@ -10,8 +10,8 @@ from torch import nn
 
 from attnlab.attention._cache import append_padding, append_to_cache
 from attnlab.attention.base import Attention, Cache, Capabilities
+from attnlab.attention.capture import emit_dense
 from attnlab.attention.masks import build_allowed_mask, mask_logits
-from attnlab.attention.recording import emit_dense
 from attnlab.attention.registry import register_attention
 
 
@@ -41,14 +41,15 @@ class DotProductAttention(Attention):
     def scale(self) -> float | torch.Tensor | None:
         return None  # SDPA's default 1/sqrt(head_dim)
 
-    def attend(self, q, k, v, allowed) -> torch.Tensor:
+    def attend(self, q, k, v, allowed, *, is_causal: bool = False) -> torch.Tensor:
         scale = self.scale()
         if isinstance(scale, torch.Tensor):
             # A learnable scale (QKNorm's g) must stay in the graph: fold it into q.
             q = q * scale.to(q.dtype)
             scale = 1.0
         return F.scaled_dot_product_attention(
-            q, k, v, attn_mask=allowed, dropout_p=self.dropout if self.training else 0.0, scale=scale
+            q, k, v, attn_mask=allowed, dropout_p=self.dropout if self.training else 0.0, scale=scale,
+            is_causal=is_causal,
         )
 
     def attend_recorded(self, q, k, v, allowed, key_padding_mask) -> torch.Tensor:
@@ -86,11 +87,15 @@ class DotProductAttention(Attention):
             key_padding_mask = append_padding(cache, key_padding_mask, offset, b, n, x.device)
             cache["length"] = offset + n
         q, k = self.prepare_qk(q, k)
+        if self.causal and key_padding_mask is None and cache is None and not self.capturing_weights:
+            # Causality alone, queries and keys aligned: SDPA's is_causal instead of a mask tensor lets it
+            # take the flash kernel (a boolean mask rules flash out); the same allowed entries.
+            return self.out_proj(self.merge_heads(self.attend(q, k, v, None, is_causal=True)))
         allowed = build_allowed_mask(
             b, n, k.shape[2], key_padding_mask=key_padding_mask, causal=self.causal,
             query_offset=offset, device=x.device,
         )
-        if self.recording_weights and cache is None:
+        if self.capturing_weights and cache is None:
             return self.out_proj(self.merge_heads(self.attend_recorded(q, k, v, allowed, key_padding_mask)))
         return self.out_proj(self.merge_heads(self.attend(q, k, v, allowed)))
 

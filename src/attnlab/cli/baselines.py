@@ -26,7 +26,7 @@ from attnlab.results.build import build_table, matches
 from attnlab.results.errors import SpecError, TableError
 from attnlab.results.loading import load_records
 from attnlab.results.paper import load_paper_tables
-from attnlab.results.record import atomic_write_text
+from attnlab.results.record import RESOLVED_CONFIG, atomic_write_text
 from attnlab.results.spec import TableSpec, list_specs, load_spec
 
 log = logging.getLogger("attnlab.baselines")
@@ -39,7 +39,7 @@ def run_task_config(run_dir: Path, data_root: str) -> tuple[dict[str, Any], int]
     """The resolved ``task`` section and the seed of a published run, its data read from ``data_root``."""
     from omegaconf import OmegaConf
 
-    path = run_dir / ".hydra" / "config.yaml"
+    path = run_dir / RESOLVED_CONFIG
     if not path.is_file():
         raise TableError(f"{run_dir}: no .hydra/config.yaml (the config that ran); a published run keeps it")
     cfg = OmegaConf.load(path)
@@ -54,7 +54,7 @@ def task_key(name: str, task: dict[str, Any], seed: int) -> str:
 
 
 def _made_by() -> str:
-    from attnlab.training.run import git_state
+    from attnlab.training.records import git_state
 
     state = git_state()
     commit = (state["commit"] or "unknown")[:12] + ("+dirty" if state["dirty"] else "")

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from attnlab.cli.common import fail, one_line, quiet_lightning, user_errors
+from attnlab.results.record import CHECKPOINTS_DIR, OVERRIDES_FILE, RESOLVED_CONFIG
 
 log = logging.getLogger("attnlab")
 WHICH = ("last", "best")
@@ -63,11 +64,11 @@ def locate(path: Path, which: str) -> tuple[Path, Path]:
 
     if path.is_file():
         load_checkpoint_file(path)  # a damaged or unsafe file is the first thing to report
-        run_dir = path.parent.parent if path.parent.name == "checkpoints" else path.parent
+        run_dir = path.parent.parent if path.parent.name == CHECKPOINTS_DIR else path.parent
         return run_dir, path
     if not path.is_dir():
         raise EvalError(f"{path} is neither a run folder nor a checkpoint file")
-    last = path / "checkpoints" / LAST
+    last = path / CHECKPOINTS_DIR / LAST
     if not last.is_file():
         raise EvalError(f"{path} has no checkpoints/{LAST} (was the run started with callbacks=none or debug=fdr?)")
     if which == "last":
@@ -78,7 +79,7 @@ def locate(path: Path, which: str) -> tuple[Path, Path]:
         raise EvalError(f"{path} records no best checkpoint (save_top_k=0?); use which=last")
     best = Path(best)
     if not best.is_file():  # the folder may have moved since: look for the file in this folder
-        best = path / "checkpoints" / best.name
+        best = path / CHECKPOINTS_DIR / best.name
     if not best.is_file():
         raise EvalError(f"the best checkpoint {best.name} is missing from {path / 'checkpoints'}")
     return path, best
@@ -91,7 +92,7 @@ def load_run_config(run_dir: Path, overrides: list[str]):
     from attnlab.training.config import validate
     from attnlab.training.scale import apply_scale
 
-    cfg_file, ovr_file = run_dir / ".hydra" / "config.yaml", run_dir / ".hydra" / "overrides.yaml"
+    cfg_file, ovr_file = run_dir / RESOLVED_CONFIG, run_dir / OVERRIDES_FILE
     if not cfg_file.is_file():
         raise EvalError(f"{run_dir} has no .hydra/config.yaml; is it an attnlab run folder?")
     try:
@@ -133,9 +134,10 @@ def evaluate(path: Path, which: str = "last", overrides: list[str] | None = None
     import torch
 
     from attnlab.results.record import atomic_write_text
+    from attnlab.training.build import build_datamodule, build_module, build_task_data
     from attnlab.training.checkpointing import LAST, checkpoint_step, init_weights_from, load_checkpoint_file
     from attnlab.training.outputs import write_decoded_outputs
-    from attnlab.training.run import build_datamodule, build_module, build_task_data, collect_metrics
+    from attnlab.training.records import collect_metrics
 
     run_dir, ckpt_path = locate(path, which)
     step = checkpoint_step(load_checkpoint_file(ckpt_path))

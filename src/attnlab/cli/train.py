@@ -35,6 +35,7 @@ from attnlab.cli.common import (
     run_errors,
     user_errors,
 )
+from attnlab.results.record import CHECKPOINTS_DIR, RECORD_FILENAME, RESOLVED_CONFIG
 from attnlab.training.launch import is_launch_rank_zero
 
 log = logging.getLogger("attnlab")
@@ -110,7 +111,7 @@ def hydra_main(cfg: DictConfig) -> None:
         lock.release()
     metrics = record["metrics"]["final"]
     shown = {k: v for k, v in metrics.items() if k.startswith(("test", "val/"))}
-    log.info("run record: %s/results.json", record["run_dir"])
+    log.info("run record: %s/%s", record["run_dir"], RECORD_FILENAME)
     for key, value in shown.items():
         log.info("  %-28s %s", key, "n/a" if value is None else f"{value:.4f}")
 
@@ -153,7 +154,7 @@ _SAY_WHEN_LOGGING: list[str] = []
 
 def _record_failure(cfg: DictConfig, out: str, command: str, reason: str) -> str:
     """Write the failed record; the reason, plus a note when the folder could not take even that record."""
-    from attnlab.training.run import write_failed_record
+    from attnlab.training.records import write_failed_record
 
     if write_failed_record(cfg, out, command, reason):
         return reason
@@ -166,14 +167,13 @@ def save_config_that_runs(cfg: DictConfig, overrides: list[str], hydra_dir: Path
     before the scale is kept as ``.hydra/config_before_scale.yaml``."""
     from omegaconf import OmegaConf
 
-    from attnlab.results.configs import BEFORE_SCALE_CONFIG
-    from attnlab.results.record import atomic_write_text
+    from attnlab.results.record import BEFORE_SCALE_CONFIG, RESOLVED_CONFIG, atomic_write_text
     from attnlab.training.scale import apply_scale
 
     before = OmegaConf.to_yaml(cfg)
     apply_scale(cfg, overrides)  # run() applies it again: a no-op on a scaled config
     atomic_write_text(hydra_dir / BEFORE_SCALE_CONFIG.name, before)
-    atomic_write_text(hydra_dir / "config.yaml", OmegaConf.to_yaml(cfg))
+    atomic_write_text(hydra_dir / RESOLVED_CONFIG.name, OmegaConf.to_yaml(cfg))
 
 
 def show_config(argv: list[str]) -> bool:
@@ -285,9 +285,9 @@ def check_resume_keeps_the_config(cfg: DictConfig, run_dir: Path) -> None:
     from attnlab.training.checkpointing import has_checkpoints
     from attnlab.training.config import ConfigError, resume_config_changes
 
-    saved = run_dir / ".hydra" / "config.yaml"
+    saved = run_dir / RESOLVED_CONFIG
     if cfg.get("ckpt_path") or cfg.get("resume", "auto") != "auto" or not saved.is_file() \
-            or not has_checkpoints(run_dir / "checkpoints"):
+            or not has_checkpoints(run_dir / CHECKPOINTS_DIR):
         return
     try:
         before = OmegaConf.to_container(OmegaConf.load(saved), resolve=False)
@@ -418,7 +418,6 @@ def _failed_records(argv: list[str], since: float) -> dict[str, str]:
     """{run folder: error} of the failed records written by this sweep (under its ``hydra.sweep.dir``)."""
     import json
 
-    from attnlab.results.record import RECORD_FILENAME
 
     given = [a.split("=", 1)[1] for a in argv if a.startswith("hydra.sweep.dir=")]
     if not given:

@@ -17,7 +17,7 @@ from typing import Any
 
 from attnlab.results.errors import TableError
 from attnlab.results.loading import Corrupt, Loaded, corrupt_hint
-from attnlab.results.record import config_hash, sanitize_record, validate_record
+from attnlab.results.record import config_hash, record_header, sanitize_record, validate_record
 
 BLOCK = 32768          # the log's block size
 HEADER = b":W&B"       # file header: ident, magic 0xBEE1, version (7 bytes)
@@ -146,6 +146,40 @@ def _first(mapping: Mapping[str, Any], *paths: str) -> Any:
     return None
 
 
+# Where a wandb run's config may hold a header field (older runs logged the trainer's arguments), and what the
+# field is when it holds none of them.
+_WANDB_CONFIG_KEYS = {
+    "experiment_name": ("experiment_name", "experiment.name"),
+    "row": ("row", "experiment.row"),
+    "hardware.accelerator": ("hardware.accelerator", "trainer.accelerator"),
+    "hardware.devices": ("hardware.devices", "trainer.devices"),
+    "hardware.num_nodes": ("hardware.num_nodes", "trainer.num_nodes"),
+    "hardware.precision": ("hardware.precision", "trainer.precision"),
+}
+_WANDB_DEFAULTS = {
+    "task.name": "unknown",
+    "model.name": "unknown",
+    "model.attention.name": "unknown",
+    "model.recurrence.name": "unknown",
+    "scale.name": "cpu",
+    "hardware.name": "unknown",
+    "hardware.accelerator": "unknown",
+    "hardware.devices": 1,
+    "hardware.num_nodes": 1,
+    "hardware.precision": "32-true",
+}
+
+
+def _wandb_config_value(config: Mapping[str, Any]):
+    def value(key: str) -> Any:
+        found = _first(config, *_WANDB_CONFIG_KEYS.get(key, (key,)))
+        if key == "seed":
+            return found if isinstance(found, int) else -1
+        return found or _WANDB_DEFAULTS.get(key, found)
+
+    return value
+
+
 def record_from_wandb(summary: Mapping, config: Mapping, state: str, run_id: str, url: str) -> dict[str, Any]:
     """The run-record shape from a wandb run's summary and config (the resolved Hydra config).
 
@@ -165,29 +199,17 @@ def record_from_wandb(summary: Mapping, config: Mapping, state: str, run_id: str
     }
     status = _STATE.get(state, "failed")
     plain_config = {k: v for k, v in config.items() if not k.startswith("_")}
-    record = {
-        "schema_version": 1,
-        "status": status,
-        "error": None if status != "failed" else f"wandb run state {state}",
-        "experiment": _first(config, "experiment_name", "experiment.name"),
-        "row": _first(config, "row", "experiment.row"),
-        "task": _first(config, "task.name") or "unknown",
-        "model": {
-            "name": _first(config, "model.name") or "unknown",
-            "attention": _first(config, "model.attention.name") or "unknown",
-            "recurrence": _first(config, "model.recurrence.name") or "unknown",
-        },
-        "seed": _first(config, "seed") if isinstance(_first(config, "seed"), int) else -1,
-        "scale": _first(config, "scale.name") or "cpu",
-        "config_hash": summary.get("config_hash") or config_hash(plain_config),
-        "git": {"commit": _first(config, "git.commit"), "dirty": _first(config, "git.dirty")},
-        "hardware": {
-            "name": _first(config, "hardware.name") or "unknown",
-            "accelerator": _first(config, "hardware.accelerator", "trainer.accelerator") or "unknown",
-            "devices": _first(config, "hardware.devices", "trainer.devices") or 1,
-            "num_nodes": _first(config, "hardware.num_nodes", "trainer.num_nodes") or 1,
-            "precision": _first(config, "hardware.precision", "trainer.precision") or "32-true",
-        },
+    record = record_header(
+        _wandb_config_value(config),
+        status=status,
+        error=None if status != "failed" else f"wandb run state {state}",
+        config_hash=summary.get("config_hash") or config_hash(plain_config),
+        git={"commit": _first(config, "git.commit"), "dirty": _first(config, "git.dirty")},
+        run_dir=url,
+        command=f"(wandb run {url})",
+        created=summary.get("created") or "1970-01-01T00:00:00",
+    )
+    record.update({
         "metrics": {"final": final, "best": {}},
         "params": {
             "total": summary.get("model/params/total"),
@@ -198,13 +220,8 @@ def record_from_wandb(summary: Mapping, config: Mapping, state: str, run_id: str
             "tokens_per_s": summary.get("perf/tokens_per_s"),
             "peak_mem_mb": summary.get("perf/peak_mem_mb"),
         },
-        "metric_flavours": {},
         "wandb_run_id": run_id,
-        "run_dir": url,
-        "command": f"(wandb run {url})",
-        "created": summary.get("created") or "1970-01-01T00:00:00",
-        "versions": {},
-    }
+    })
     return sanitize_record(record)
 
 

@@ -52,6 +52,29 @@ def greedy_decode(model, src: torch.Tensor, *, bos_id: int, eos_id: int, max_len
     return out[:, 1:]
 
 
+def _beam_start(model, src: torch.Tensor, k: int, bos_id: int):
+    """Memory repeated per beam, BOS-only beams and their scores (one beam alive per source)."""
+    batch, device = src.shape[0], src.device
+    memory, memory_padding, _ = model.encode(src)
+    memory = memory.repeat_interleave(k, dim=0)
+    memory_padding = memory_padding.repeat_interleave(k, dim=0)
+    tokens = torch.full((batch * k, 1), bos_id, dtype=torch.long, device=device)
+    scores = torch.zeros(batch, k, device=device)
+    scores[:, 1:] = float("-inf")  # all beams start identical: keep one alive at step 0
+    return memory, memory_padding, tokens, scores
+
+
+def _best_candidates(model, tokens, memory, memory_padding, cache, scores, k: int):
+    """One decoding step: the 2k best (score, source beam, token) extensions per source, best first."""
+    step_in = tokens[:, -1:] if cache is not None else tokens
+    logits, _ = model.decode(step_in, memory, memory_padding, cache=cache)
+    logp = logits[:, -1].float().log_softmax(-1)
+    vocab = logp.shape[-1]
+    cand = (scores.view(-1, 1) + logp).view(scores.shape[0], k * vocab)
+    top_scores, top_idx = cand.topk(2 * k, dim=-1)
+    return top_scores, top_idx // vocab, top_idx % vocab
+
+
 @torch.no_grad()
 def beam_search(
     model,
@@ -80,13 +103,8 @@ def beam_search(
     """
     lp_fn = length_penalty_fn(length_penalty)
     batch, device = src.shape[0], src.device
-    memory, memory_padding, _ = model.encode(src)
     k = beam_size
-    memory = memory.repeat_interleave(k, dim=0)
-    memory_padding = memory_padding.repeat_interleave(k, dim=0)
-    tokens = torch.full((batch * k, 1), bos_id, dtype=torch.long, device=device)
-    scores = torch.zeros(batch, k, device=device)
-    scores[:, 1:] = float("-inf")  # all beams start identical: keep one alive at step 0
+    memory, memory_padding, tokens, scores = _beam_start(model, src, k, bos_id)
     neg_inf = torch.tensor(float("-inf"), device=device)
     # Finished hypotheses per live source, best first: normalised score, tokens (EOS-padded), length.
     done_scores = torch.full((batch, k), float("-inf"), device=device)
@@ -103,13 +121,7 @@ def beam_search(
     for step in range(1, max_len + 1):
         live = source_ids.shape[0]
         rows = torch.arange(live, device=device)
-        step_in = tokens[:, -1:] if use_cache else tokens
-        logits, _ = model.decode(step_in, memory, memory_padding, cache=cache)
-        logp = logits[:, -1].float().log_softmax(-1)
-        vocab = logp.shape[-1]
-        cand = (scores.view(-1, 1) + logp).view(live, k * vocab)
-        top_scores, top_idx = cand.topk(2 * k, dim=-1)
-        beam_idx, tok_idx = top_idx // vocab, top_idx % vocab
+        top_scores, beam_idx, tok_idx = _best_candidates(model, tokens, memory, memory_padding, cache, scores, k)
         alive = top_scores > float("-inf")
         is_eos = (tok_idx == eos_id) & alive
         lp = lp_fn(float(step), alpha)
@@ -195,33 +207,17 @@ def beam_search_reference(
     length_penalty: str = "gnmt",
 ):
     """Beam search, one source and one candidate at a time in Python: the reference ``beam_search`` is held
-    equal to (tests/test_decoding.py). Returns the best hypothesis per source, (batch, <= max_len).
-
-    ``length_penalty``: ``gnmt`` (((5+L)/6)^alpha, Wu et al. 2016; T2T / the papers) or ``fairseq``
-    (L^alpha, fairseq's ``--lenpen``); L is the hypothesis length including its EOS. Finished hypotheses are
-    kept aside with score log p / lp(length); search stops when every source has ``beam_size`` finished
-    hypotheses that no live beam can beat (both penalties only grow with length for alpha >= 0, so a live
-    beam's best possible final score is its current log p / lp(max_len)).
+    equal to (tests/test_decoding.py). Arguments, length penalties and stopping rule as ``beam_search``'s;
+    returns the best hypothesis per source, (batch, <= max_len).
     """
     lp_fn = length_penalty_fn(length_penalty)
     batch, device = src.shape[0], src.device
-    memory, memory_padding, _ = model.encode(src)
     k = beam_size
-    memory = memory.repeat_interleave(k, dim=0)
-    memory_padding = memory_padding.repeat_interleave(k, dim=0)
-    tokens = torch.full((batch * k, 1), bos_id, dtype=torch.long, device=device)
-    scores = torch.zeros(batch, k, device=device)
-    scores[:, 1:] = float("-inf")  # all beams start identical: keep one alive at step 0
+    memory, memory_padding, tokens, scores = _beam_start(model, src, k, bos_id)
     finished: list[list[tuple[float, list[int]]]] = [[] for _ in range(batch)]
     cache: dict | None = {} if use_cache else None
     for step in range(1, max_len + 1):
-        step_in = tokens[:, -1:] if use_cache else tokens
-        logits, _ = model.decode(step_in, memory, memory_padding, cache=cache)
-        logp = logits[:, -1].float().log_softmax(-1)
-        vocab = logp.shape[-1]
-        cand = (scores.view(-1, 1) + logp).view(batch, k * vocab)
-        top_scores, top_idx = cand.topk(2 * k, dim=-1)
-        beam_idx, tok_idx = top_idx // vocab, top_idx % vocab
+        top_scores, beam_idx, tok_idx = _best_candidates(model, tokens, memory, memory_padding, cache, scores, k)
         new_scores = torch.full((batch, k), float("-inf"), device=device)
         new_src = torch.zeros(batch, k, dtype=torch.long, device=device)
         new_tok = torch.full((batch, k), eos_id, dtype=torch.long, device=device)

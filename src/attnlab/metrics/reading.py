@@ -25,7 +25,7 @@ MULTIRC_METRICS = {
     "em": "exact match per question: all answer options of the question right (grouped by paragraph+question)",
     "f1a": "binary F1 of the positive class over all answer options",
 }
-RECORD_METRICS = {
+SUPERGLUE_RECORD_METRICS = {
     "f1": "token F1 of the predicted entity, max over the query's gold answers, SQuAD-normalised, mean over queries",
     "em": "exact match of the predicted entity, max over the query's gold answers, SQuAD-normalised, "
           "mean over queries",
@@ -70,7 +70,7 @@ def exact_match(prediction: str, gold: str) -> float:
     return float(squad_normalise(prediction) == squad_normalise(gold))
 
 
-def record_scores(predictions: Sequence[str], answers: Sequence[Sequence[str]]) -> dict[str, float]:
+def superglue_record_scores(predictions: Sequence[str], answers: Sequence[Sequence[str]]) -> dict[str, float]:
     """``f1`` and ``em`` (x 100): per query the best over its gold answers, then the mean over queries.
 
     A query without gold answers scores 0 (it cannot be answered right), as in the official script.

@@ -60,7 +60,7 @@ class Perplexity(Metric):
 
     def update(self, nll_sum: torch.Tensor, tokens: torch.Tensor | int) -> None:
         self.nll_sum += nll_sum.detach().double()
-        self.tokens += int(tokens)
+        self.tokens += tokens  # a tensor stays on its device: int() would wait for the accelerator
 
     def compute(self) -> dict[str, torch.Tensor]:
         mean = self.nll_sum / self.tokens.clamp_min(1)

@@ -53,8 +53,8 @@ class LayerSpec:
         """``auto`` keeps the self-attention variant where it can attend a memory, else dot-product.
 
         Synthesizers synthesize weights from the query side only, so every reference keeps
-        cross-attention dot-product (design decision 4, docs/design_decisions.md); asking for one explicitly is
-        refused by the builder.
+        cross-attention dot-product (design decision 4, docs/design_decisions.md#synthesizer); asking for one
+        explicitly is refused by the builder.
         """
         if self.cross_attention != "auto":
             return dict(self.cross_attention)

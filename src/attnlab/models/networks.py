@@ -1,4 +1,5 @@
-"""Encoder-decoder, decoder-only LM and encoder classifier, built from the same blocks."""
+"""Encoder-decoder, decoder-only LM, encoder classifier and encoder with a masked-LM head, built from the same
+blocks."""
 
 from __future__ import annotations
 
@@ -131,25 +132,28 @@ class EncoderDecoder(nn.Module):
         if cfg["tie_output"]:
             self.output.weight = self.tgt_embed.tokens.weight
 
-    def encode(self, src: torch.Tensor):
-        padding = src.eq(self.pad_id)
+    def encode(self, src: torch.Tensor, *, padded: bool = True):
+        padding = src.eq(self.pad_id) if padded else None
         x = self.src_embed(src, add_positions=not self.encoder.adds_positions)
         memory, aux = self.encoder(x, padding)
         return memory, padding, aux
 
-    def decode(self, tgt_in, memory, memory_padding, *, cache: dict | None = None):
+    def decode(self, tgt_in, memory, memory_padding, *, cache: dict | None = None, padded: bool = True):
         offset = 0 if cache is None else int(cache.get("length", 0))
-        padding = tgt_in.eq(self.pad_id) if cache is None else None
+        padding = tgt_in.eq(self.pad_id) if cache is None and padded else None
         x = self.tgt_embed(tgt_in, offset=offset, add_positions=not self.decoder.adds_positions)
         h, aux = self.decoder(x, memory, memory_padding, padding, cache=cache)
         if cache is not None:
             cache["length"] = offset + tgt_in.shape[1]
         return self.output(h), aux
 
-    def forward(self, src: torch.Tensor, tgt_in: torch.Tensor):
+    def forward(self, src: torch.Tensor, tgt_in: torch.Tensor, *, padded: dict[str, bool] | None = None):
+        """``padded``: which of ``src``/``tgt_in`` hold padding, as read from the batch on the host (a missing
+        entry: assume padding; ``training.modules.TaskModule.on_before_batch_transfer``)."""
+        padded = padded or {}
         with random_position_shift(self, self.max_shift):
-            memory, memory_padding, enc_aux = self.encode(src)
-            logits, dec_aux = self.decode(tgt_in, memory, memory_padding)
+            memory, memory_padding, enc_aux = self.encode(src, padded=padded.get("src", True))
+            logits, dec_aux = self.decode(tgt_in, memory, memory_padding, padded=padded.get("tgt_in", True))
         return logits, _merge_aux(enc_aux, dec_aux)
 
 
@@ -169,9 +173,9 @@ class DecoderLM(nn.Module):
         if cfg["tie_output"]:
             self.output.weight = self.embed.tokens.weight
 
-    def forward(self, ids: torch.Tensor, *, cache: dict | None = None):
+    def forward(self, ids: torch.Tensor, *, cache: dict | None = None, padded: dict[str, bool] | None = None):
         offset = 0 if cache is None else int(cache.get("length", 0))
-        padding = ids.eq(self.pad_id) if cache is None else None
+        padding = ids.eq(self.pad_id) if cache is None and (padded or {}).get("ids", True) else None
         with random_position_shift(self, self.max_shift if cache is None else 0):
             x = self.embed(ids, offset=offset, add_positions=not self.decoder.adds_positions)
             h, aux = self.decoder(x, None, None, padding, cache=cache)
@@ -197,13 +201,16 @@ class EncoderClassifier(nn.Module):
             nn.Linear(cfg["d_model"], num_classes),
         )
 
-    def forward(self, ids: torch.Tensor):
-        padding = ids.eq(self.pad_id)
+    def forward(self, ids: torch.Tensor, *, padded: dict[str, bool] | None = None):
+        padding = ids.eq(self.pad_id) if (padded or {}).get("ids", True) else None
         with random_position_shift(self, self.max_shift):
             x = self.embed(ids, add_positions=not self.encoder.adds_positions)
             h, aux = self.encoder(x, padding)
-        keep = (~padding).unsqueeze(-1).to(h.dtype)
-        pooled = (h * keep).sum(1) / keep.sum(1).clamp_min(1.0)
+        if padding is None:
+            pooled = h.mean(1)
+        else:
+            keep = (~padding).unsqueeze(-1).to(h.dtype)
+            pooled = (h * keep).sum(1) / keep.sum(1).clamp_min(1.0)
         return self.head(pooled), _merge_aux(aux, {})
 
 
@@ -229,8 +236,10 @@ class EncoderMLM(nn.Module):
         if cfg["tie_output"]:
             self.output.weight = self.embed.tokens.weight
 
-    def forward(self, ids: torch.Tensor, scored: torch.Tensor):
-        padding = ids.eq(self.pad_id)
+    def forward(self, ids: torch.Tensor, scored: torch.Tensor, *, padded: dict[str, bool] | None = None):
+        # Without padding no mask is built: attention may take its mask-free (flash) kernel. Asked of the
+        # batch on the host (``padded``), not of the device tensor, which would wait for the accelerator.
+        padding = ids.eq(self.pad_id) if (padded or {}).get("ids", True) else None
         x = self.embed(ids, add_positions=not self.encoder.adds_positions)
-        h, aux = self.encoder(x, padding if padding.any() else None)
+        h, aux = self.encoder(x, padding)
         return self.output(self.transform(h[scored])), _merge_aux(aux, {})

@@ -5,29 +5,12 @@ Registers two recurrences (the stack contract is in ``recurrence.py``):
 - ``ut``: the shared layer applied T = ``num_steps`` times; the coordinate embedding P^t (eq. 6-7)
   is added to the state before every step.
 - ``ut_act``: per-position adaptive computation time with tensor2tensor's
-  ``universal_transformer_act`` arithmetic (design decision 11, docs/design_decisions.md), variables named as there:
-  ``halting_probability``, ``remainders`` (R), ``n_updates`` (N), ``still_running``,
-  ``new_halted``, ``update_weights``.
+  ``universal_transformer_act`` arithmetic, variables named as there: ``halting_probability``, ``remainders``
+  (R), ``n_updates`` (N), ``still_running``, ``new_halted``, ``update_weights``.
 
-Decisions (design decisions 10-16, docs/design_decisions.md; docs/universal_transformer.md explains each option):
-
-- P^t = sinusoidal position + timestep signal, t = 1..T as in eq. 6-7 (T2T indexes steps from 0);
-  ``timestep_embedding=learned`` is T2T's default.
-- A position still running at ``act_max_steps`` is forced to halt there with R = 1 - halting
-  probability (Graves' ACT), so its update weights sum to 1. T2T just leaves the loop and such a
-  position keeps weights summing to less than 1.
-- The weighted update is ``w * transformed + (1 - w) * previous``; T2T writes
-  ``previous_state * 1 - update_weights``, an operator-precedence slip.
-- ``halted_state=copy`` (the paper, default): a halted position's recurrent state is frozen and
-  copied to later steps, where it still supplies keys and values. ``transform`` (T2T): every
-  position keeps being transformed, only its ACT output stops changing.
-- Padding positions start halted: they take no step and count in neither N nor R.
-- The halting unit and every ACT accumulator (p, halting probability, R, N, update weights and the
-  weighted output) are float32 even under bf16 autocast: bf16's step near 1 (2^-8) is comparable to
-  the 0.01 margin of the threshold.
-- The loop leaves as soon as no position runs, one host sync per step (design decision 15,
-  docs/design_decisions.md). Under ``torch.compile`` that test is a graph break, not an error. In DDP training
-  the "still running" flag is max-reduced across ranks so every rank runs the same number of steps.
+Design decisions 10-16 (docs/design_decisions.md#universal-transformer; docs/universal_transformer.md explains
+each option): the coordinate embedding, ACT's arithmetic and its two corrections to T2T, ``halted_state``, the
+ponder loss, the shallow-halting trap, the loop exit (DDP, ``torch.compile``) and UT base's width.
 """
 
 from __future__ import annotations
@@ -274,7 +257,9 @@ class _UniversalStack(nn.Module):
 
 
 class _ACTStack(_UniversalStack):
-    """Adaptive computation time over the shared layer (design decisions 11-15, docs/design_decisions.md)."""
+    """Adaptive computation time over the shared layer.
+
+    Design decisions 11-15, docs/design_decisions.md#universal-transformer."""
 
     def __init__(self, spec: LayerSpec, layer: nn.Module, num_layers: int, options: ACTOptions) -> None:
         max_steps = options.act_max_steps or 2 * num_layers

@@ -25,17 +25,15 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from attnlab.results.record import DEFAULT_HASH_EXCLUDE, _strip
+from attnlab.results.record import (
+    BEFORE_SCALE_CONFIG,
+    DEFAULT_HASH_EXCLUDE,
+    HEADER_FROM_CONFIG,
+    RESOLVED_CONFIG,
+    _strip,
+    is_excluded,
+)
 from attnlab.results.safe_yaml import UnsafeYamlError, load_yaml
-
-RESOLVED_CONFIG = Path(".hydra") / "config.yaml"
-# The composition before the scale blocks (written beside config.yaml since config.yaml holds the scaled
-# config): the form every record has, since older runs wrote exactly this as config.yaml. Comparing the same
-# form on both sides keeps old and new seeds of one configuration in one cell.
-BEFORE_SCALE_CONFIG = Path(".hydra") / "config_before_scale.yaml"
-# Command-line keys that do not make a different experiment (seed: what a cell pools over; paths/loggers).
-_NOT_CONFIG = ("seed", "paths.", "hydra", "logger", "+logger", "callbacks.record_attention")
-
 
 RUNS_DIR = "${paths.runs_dir}"
 
@@ -56,6 +54,14 @@ def _flatten(node: Any, prefix: str, out: dict[str, Any]) -> None:
         out[prefix[:-1]] = json.dumps(node, sort_keys=True, default=str) if isinstance(node, (list, dict)) else node
 
 
+def _not_config(key: str) -> bool:
+    """Whether a command-line key does not make a different experiment: the seed (what a cell pools over) and
+    what the config hash leaves out (paths, loggers, Hydra's runtime, ...), the key itself or a group above it."""
+    parts = key.split(".")
+    groups = (".".join(parts[:n]) for n in range(1, len(parts) + 1))
+    return key == "seed" or any(is_excluded(group, DEFAULT_HASH_EXCLUDE) for group in groups)
+
+
 def _command_overrides(command: Any) -> dict[str, str]:
     out, runs_dir = {}, None
     for token in str(command or "").split()[1:]:
@@ -63,17 +69,17 @@ def _command_overrides(command: Any) -> dict[str, str]:
         key = key.lstrip("+~")
         if key == "paths.runs_dir":
             runs_dir = value
-        if sep and not token.startswith("-") and not key.startswith(_NOT_CONFIG):
+        if sep and not token.startswith("-") and not _not_config(key):
             out[f"override:{key}"] = value
     if "override:init_from" in out:
         out["override:init_from"] = relative_init_from(out["override:init_from"], runs_dir)
     return out
 
 
-# The fields of a record's header that repeat its config, as (record field, config key).
-_HEADER_FROM_CONFIG = (("experiment", "experiment_name"), ("seed", "seed"), ("scale", "scale.name"),
-                       ("task", "task.name"), ("model.name", "model.name"),
-                       ("model.attention", "model.attention.name"), ("model.recurrence", "model.recurrence.name"))
+# The fields of a record's header that name its run, checked against the config saved beside it, as
+# (record field, config key) from the schema's HEADER_FROM_CONFIG.
+_HEADER_CHECKED = ("experiment", "seed", "scale", "task", "model.name", "model.attention", "model.recurrence")
+_HEADER_FROM_CONFIG = tuple((field, dict(HEADER_FROM_CONFIG)[field]) for field in _HEADER_CHECKED)
 
 
 def header_disagreement(record_path: Path, data: Mapping[str, Any]) -> str | None:
@@ -106,9 +112,10 @@ def get_field(record: Mapping[str, Any], dotted: str, missing: Any = None) -> An
 
 
 def saved_config(record_path: Path) -> tuple[Path, Mapping[str, Any]] | None:
-    """(file, parsed config) saved beside a record (the before-scale form when present); None when there is
-    none or it does not parse. Parsed once per file version: loading a table checks every record's header
-    against it and then compares the configs of a cell's runs."""
+    """(file, parsed config) saved beside a record (the before-scale form when present: the form every record
+    has, since older runs wrote exactly it as config.yaml, so old and new seeds of one configuration compare
+    alike); None when there is none or it does not parse. Parsed once per file version: loading a table checks
+    every record's header against it and then compares the configs of a cell's runs."""
     before, resolved = record_path.parent / BEFORE_SCALE_CONFIG, record_path.parent / RESOLVED_CONFIG
     config_file = before if before.is_file() else resolved
     try:

@@ -28,7 +28,12 @@ from pathlib import Path
 
 from attnlab.results.configs import header_disagreement
 from attnlab.results.record import (
+    ATTENTION_DIR,
+    BEFORE_SCALE_CONFIG,
+    OVERRIDES_FILE,
+    PONDER_DIR,
     RECORD_FILENAME,
+    RESOLVED_CONFIG,
     RecordError,
     find_records,
     load_json,
@@ -39,8 +44,8 @@ from attnlab.results.record import (
 # Files and folders of a run folder that travel with its record (everything else stays behind).
 # config_before_scale.yaml: Hydra's composition before the scale blocks, what a table compares across runs
 # (attnlab.results.configs); runs from before it existed hold that form as config.yaml.
-PUBLISHED_FILES = (".hydra/config.yaml", ".hydra/config_before_scale.yaml", ".hydra/overrides.yaml")
-PUBLISHED_DIRS = ("ponder", "attention")
+PUBLISHED_FILES = tuple(str(p) for p in (RESOLVED_CONFIG, BEFORE_SCALE_CONFIG, OVERRIDES_FILE))
+PUBLISHED_DIRS = (PONDER_DIR, ATTENTION_DIR)
 # An artifact folder bigger than this is refused: results/ is for kilobytes, not checkpoints.
 MAX_ARTIFACT_BYTES = 2_000_000
 

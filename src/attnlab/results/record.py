@@ -6,8 +6,12 @@ stopping at the first, so a broken writer is fixed in one go. Metric values that
 (NaN, +-inf) are stored as ``null``: strict JSON has no NaN, and a NaN that reached a table as a number
 would be averaged silently.
 
-This module imports neither torch nor Lightning: the training floor fills a :class:`RunRecord` (or a
-plain dict of the same shape) and calls :func:`write_record`.
+The schema is written once, as the :class:`RunRecord` dataclasses: :func:`validate_record`'s tables and
+:func:`record_header`, the one constructor of every record (completed, interrupted, failed, rebuilt from wandb),
+are derived from them. The run folder's file names and the config-hash exclusions are here too.
+
+This module imports neither torch nor Lightning: the training floor starts a record with :func:`record_header`,
+fills in what it measured and calls :func:`write_record`.
 """
 
 from __future__ import annotations
@@ -20,19 +24,35 @@ import json
 import math
 import os
 import tempfile
-from collections.abc import Iterable, Mapping
+import typing
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
+from types import UnionType
 from typing import Any
 
 SCHEMA_VERSION = 1
-RECORD_FILENAME = "results.json"
 # running: the process is (or was, if it was killed outright) training; interrupted: it stopped on a signal or
 # Ctrl-C after saving, and the same command resumes it.
 STATUSES = ("completed", "failed", "running", "interrupted")
 UNFINISHED = ("running", "interrupted")
 SCALES = ("cpu", "gpu", "paper")
+
+# ----------------------------------------------------------------------------------------------------------
+# The run folder's files, named once (paths relative to the run folder).
+
+RECORD_FILENAME = "results.json"  # the run record
+HYDRA_DIR = ".hydra"
+RESOLVED_CONFIG = Path(HYDRA_DIR) / "config.yaml"  # the config the run trained with (after the scale blocks)
+# The composition before the scale blocks (written beside config.yaml since config.yaml holds the scaled
+# config): the form every record has, since older runs wrote exactly this as config.yaml.
+BEFORE_SCALE_CONFIG = Path(HYDRA_DIR) / "config_before_scale.yaml"
+OVERRIDES_FILE = Path(HYDRA_DIR) / "overrides.yaml"  # the command-line overrides, as Hydra wrote them
+CHECKPOINTS_DIR = "checkpoints"
+OUTPUTS_DIR = "outputs"  # decoded test outputs (training/outputs.py)
+PONDER_DIR = "ponder"  # per-position step counts of an adaptive-computation model (training/callbacks.py)
+ATTENTION_DIR = "attention"  # attention-weight histograms (training/attention_capture.py)
 
 
 class RecordError(Exception):
@@ -40,14 +60,29 @@ class RecordError(Exception):
 
 
 # ----------------------------------------------------------------------------------------------------------
-# The record as a dataclass (what writers fill); the JSON form is ``RunRecord.to_dict()``.
+# The schema, written once: the dataclasses below. Their fields and annotations give validate_record's tables
+# (key -> allowed JSON types, nullable), their defaults give the parts of a record nothing has measured yet
+# (record_header), and a field's metadata says
+#   config:         the config key the field repeats (record_header reads it; a table checks it against the
+#                   config saved beside the record, results/configs.py);
+#   when_failed:    "required": a failed record must still have it (a run can fail before its config is even
+#                   valid, so a failed record may leave null what it could not know; a table cannot show a
+#                   failure without these);
+#   optional:       the key may be absent.
+# The JSON form is ``RunRecord.to_dict()``; writers build plain dicts with record_header.
+
+_REQUIRED_WHEN_FAILED = {"when_failed": "required"}
+
+
+def _from_config(key: str) -> dict[str, str]:
+    return {"config": key}
 
 
 @dataclass
 class ModelInfo:
-    name: str
-    attention: str
-    recurrence: str
+    name: str = field(metadata=_from_config("model.name"))
+    attention: str = field(metadata=_from_config("model.attention.name"))
+    recurrence: str = field(metadata=_from_config("model.recurrence.name"))
 
 
 @dataclass
@@ -58,11 +93,11 @@ class GitInfo:
 
 @dataclass
 class HardwareInfo:
-    name: str  # the hardware config option, e.g. "cpu", "gpu8"
-    accelerator: str  # "cpu", "gpu", ...
-    devices: int | str | list[int]  # as Lightning takes it
-    num_nodes: int
-    precision: str | int  # "32-true", "bf16-mixed", 32
+    name: str = field(metadata=_from_config("hardware.name"))  # the hardware config option, e.g. "cpu", "gpu8"
+    accelerator: str = field(metadata=_from_config("hardware.accelerator"))  # "cpu", "gpu", ...
+    devices: int | str | list[int] = field(metadata=_from_config("hardware.devices"))  # as Lightning takes it
+    num_nodes: int = field(metadata=_from_config("hardware.num_nodes"))
+    precision: str | int = field(metadata=_from_config("hardware.precision"))  # "32-true", "bf16-mixed", 32
 
 
 @dataclass
@@ -78,87 +113,151 @@ class ParamCount:
 
 
 @dataclass
-class Cost:
+class Cost:  # writers add more (cpu_s, steps, mfu, ...); these three are what every record has
     wall_s: float | None
     tokens_per_s: float | None
     peak_mem_mb: float | None
 
 
-@dataclass
+@dataclass(kw_only=True)
 class RunRecord:
-    status: str
-    task: str
+    schema_version: int = field(default=SCHEMA_VERSION, metadata=_REQUIRED_WHEN_FAILED)
+    status: str = field(metadata=_REQUIRED_WHEN_FAILED)
+    error: str | None = field(default=None, metadata=_REQUIRED_WHEN_FAILED)  # one line; set when failed
+    experiment: str | None = field(default=None, metadata=_from_config("experiment_name"))
+    row: str | None = field(default=None, metadata=_from_config("row"))
+    task: str = field(metadata=_from_config("task.name"))
     model: ModelInfo
-    seed: int
-    scale: str
+    seed: int = field(metadata=_from_config("seed"))
+    scale: str = field(metadata=_from_config("scale.name"))
     config_hash: str
     git: GitInfo
     hardware: HardwareInfo
-    run_dir: str
-    command: str
-    created: str
-    metrics: Metrics = field(default_factory=Metrics)
+    metrics: Metrics = field(default_factory=Metrics, metadata=_REQUIRED_WHEN_FAILED)
     params: ParamCount = field(default_factory=lambda: ParamCount(None, None))
     cost: Cost = field(default_factory=lambda: Cost(None, None, None))
-    error: str | None = None
-    experiment: str | None = None
-    row: str | None = None
     metric_flavours: dict[str, Any] = field(default_factory=dict)
     wandb_run_id: str | None = None
+    run_dir: str = field(metadata=_REQUIRED_WHEN_FAILED)
+    command: str = field(metadata=_REQUIRED_WHEN_FAILED)
+    created: str = field(metadata=_REQUIRED_WHEN_FAILED)  # ISO 8601
     versions: dict[str, str | None] = field(default_factory=dict)
-    extra: dict[str, Any] = field(default_factory=dict)  # free-form additions that tables ignore
-    schema_version: int = SCHEMA_VERSION
+    # free-form additions that tables ignore
+    extra: dict[str, Any] = field(default_factory=dict, metadata={"optional": True})
 
     def to_dict(self) -> dict[str, Any]:
         return sanitize_record(dataclasses.asdict(self))
 
 
 # ----------------------------------------------------------------------------------------------------------
-# Validation. The schema is written as data so that the checker and the documentation cannot drift.
+# Validation tables, derived from the dataclasses above: key -> (allowed python types, may be null).
 
 _INT = (int,)
 _NUM = (int, float)
+FieldTypes = tuple[tuple[type, ...], bool]
 
-# key -> (allowed python types, may be null)
-_TOP: dict[str, tuple[tuple[type, ...], bool]] = {
-    "schema_version": (_INT, False),
-    "status": ((str,), False),
-    "error": ((str,), True),
-    "experiment": ((str,), True),
-    "row": ((str,), True),
-    "task": ((str,), False),
-    "model": ((dict,), False),
-    "seed": (_INT, False),
-    "scale": ((str,), False),
-    "config_hash": ((str,), False),
-    "git": ((dict,), False),
-    "hardware": ((dict,), False),
-    "metrics": ((dict,), False),
-    "params": ((dict,), False),
-    "cost": ((dict,), False),
-    "metric_flavours": ((dict,), False),
-    "wandb_run_id": ((str,), True),
-    "run_dir": ((str,), False),
-    "command": ((str,), False),
-    "created": ((str,), False),
-    "versions": ((dict,), False),
-}
-_OPTIONAL_TOP = {"extra": ((dict,), False)}
 
-_NESTED: dict[str, dict[str, tuple[tuple[type, ...], bool]]] = {
-    "model": {"name": ((str,), False), "attention": ((str,), False), "recurrence": ((str,), False)},
-    "git": {"commit": ((str,), True), "dirty": ((bool,), True)},
-    "hardware": {
-        "name": ((str,), False),
-        "accelerator": ((str,), False),
-        "devices": ((int, str, list), False),
-        "num_nodes": (_INT, False),
-        "precision": ((str, int), False),
-    },
-    "metrics": {"final": ((dict,), False), "best": ((dict,), False)},
-    "params": {"total": (_INT, True), "trainable": (_INT, True)},
-    "cost": {"wall_s": (_NUM, True), "tokens_per_s": (_NUM, True), "peak_mem_mb": (_NUM, True)},
+def _json_types(hint: Any) -> FieldTypes:
+    """The JSON types a field's annotation allows: a float may be written as an int, a dataclass or dict is an
+    object, ``X | None`` may be null."""
+    options = typing.get_args(hint) if isinstance(hint, UnionType) else (hint,)
+    allowed: list[type] = []
+    for option in options:
+        if option is type(None):
+            continue
+        origin = typing.get_origin(option) or option
+        if dataclasses.is_dataclass(origin) or origin is dict:
+            found: tuple[type, ...] = (dict,)
+        elif origin is float:
+            found = _NUM
+        else:
+            found = (origin,)
+        allowed += [t for t in found if t not in allowed]
+    return tuple(allowed), type(None) in options
+
+
+def _fields_of(cls: type) -> list[tuple[dataclasses.Field, Any]]:
+    hints = typing.get_type_hints(cls)
+    return [(f, hints[f.name]) for f in dataclasses.fields(cls)]
+
+
+_TOP: dict[str, FieldTypes] = {
+    f.name: _json_types(hint) for f, hint in _fields_of(RunRecord) if not f.metadata.get("optional")
 }
+_OPTIONAL_TOP: dict[str, FieldTypes] = {
+    f.name: _json_types(hint) for f, hint in _fields_of(RunRecord) if f.metadata.get("optional")
+}
+_NESTED: dict[str, dict[str, FieldTypes]] = {
+    f.name: {g.name: _json_types(sub) for g, sub in _fields_of(hint)}
+    for f, hint in _fields_of(RunRecord)
+    if dataclasses.is_dataclass(hint)
+}
+_REQUIRED_WHEN_FAILED_KEYS = frozenset(
+    f.name for f in dataclasses.fields(RunRecord) if f.metadata.get("when_failed") == "required"
+)
+
+# ----------------------------------------------------------------------------------------------------------
+# The header: what every record starts with, whichever writer made it.
+
+
+def _config_fields(cls: type, prefix: str = "") -> list[tuple[str, str]]:
+    out = []
+    for f, hint in _fields_of(cls):
+        if "config" in f.metadata:
+            out.append((prefix + f.name, f.metadata["config"]))
+        elif dataclasses.is_dataclass(hint):
+            out += _config_fields(hint, f"{prefix}{f.name}.")
+    return out
+
+
+# The record fields that repeat the run's config, as (dotted record field, dotted config key).
+HEADER_FROM_CONFIG: tuple[tuple[str, str], ...] = tuple(_config_fields(RunRecord))
+
+
+def _default(f: dataclasses.Field) -> Any:
+    value = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+    return dataclasses.asdict(value) if dataclasses.is_dataclass(value) else value
+
+
+def record_header(
+    config_value: Callable[[str], Any],
+    *,
+    status: str,
+    config_hash: str | None,
+    git: Mapping[str, Any],
+    run_dir: str,
+    command: str,
+    created: str,
+    error: str | None = None,
+) -> dict[str, Any]:
+    """A new run record: the header of the run (status, what ran, where, when) and everything else at the
+    schema's empty defaults (no metrics, params, cost, flavours or versions yet), for the writer to fill.
+
+    The one constructor of every record (completed, interrupted, failed, rebuilt from wandb): the fields that
+    repeat the config are ``config_value(key)`` for each key of :data:`HEADER_FROM_CONFIG`; ``extra`` (optional)
+    is not added.
+    """
+    record: dict[str, Any] = {}
+    for f in dataclasses.fields(RunRecord):
+        if f.metadata.get("optional"):
+            continue
+        if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            record[f.name] = {} if f.name in _NESTED else None  # filled below
+        else:
+            record[f.name] = _default(f)
+    for dotted, key in HEADER_FROM_CONFIG:
+        *parents, name = dotted.split(".")
+        node = record
+        for part in parents:
+            node = node[part]
+        node[name] = config_value(key)
+    record.update(status=status, error=error, config_hash=config_hash, git=dict(git), run_dir=run_dir,
+                  command=command, created=created)
+    return record
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Validation.
 
 
 def _type_ok(value: Any, types: tuple[type, ...], nullable: bool) -> bool:
@@ -176,16 +275,11 @@ def _type_name(types: tuple[type, ...], nullable: bool) -> str:
     return out + (" or null" if nullable else "")
 
 
-# A run can fail before its config is even valid (a misspelled key), so a failed record may leave null
-# what it could not know; these stay required because a table cannot show a failure without them.
-_REQUIRED_WHEN_FAILED = {"schema_version", "status", "error", "run_dir", "command", "created", "metrics"}
-
-
 def _check_fields(
     obj: Mapping[str, Any], schema: Mapping, where: str, problems: list[str], lenient: bool = False
 ) -> None:
     for key, (types, nullable) in schema.items():
-        if lenient and key not in _REQUIRED_WHEN_FAILED:
+        if lenient and key not in _REQUIRED_WHEN_FAILED_KEYS:
             nullable = True
         if key not in obj:
             if not (lenient and where):  # nested keys of a failed record may be absent
@@ -456,6 +550,8 @@ DEFAULT_HASH_EXCLUDE: tuple[str, ...] = (
     "log_every_n_steps",  # logging cadence
     "num_workers",  # dataloader processes; batches are the same
     "torch_threads",  # intra-op threads: how fast, not what is computed
+    # How fast, not what (training/acceleration.py): at most the summation order changes, as with threads
+    "pin_memory", "fused_optimizer", "nan_check", "activation_checkpointing", "compile",
     "print_config",
     "resume",  # whether to pick up a checkpoint: a resumed run is the same run
     "record_attention*",  # what the run also writes (attention-weight captures), not what it trains

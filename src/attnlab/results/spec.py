@@ -356,14 +356,14 @@ def _claims(items: Any, metrics: list[MetricSpec], rows: list[str], where: str) 
         if c["metric"] not in metric_labels:
             raise SpecError(f"{w}: metric {c['metric']!r} is not a metric label (labels: {', '.join(metric_labels)})")
         b = c["b"]
-        is_number = isinstance(b, (int, float)) and not isinstance(b, bool)
+        is_number = _is_number(b)
         for key, row in (("a", c["a"]), ("b", b)):
             if not (key == "b" and is_number) and row not in rows:
                 raise SpecError(f"{w}: {key}={row!r} is not a row label (rows: {', '.join(rows)})")
         if c["a"] == b:
             raise SpecError(f"{w}: a and b name the same row")
         margin = c.get("margin", 0)
-        if isinstance(margin, bool) or not isinstance(margin, (int, float)) or margin < 0:
+        if not _is_number(margin) or margin < 0:
             raise SpecError(f"{w}: margin must be a number >= 0 (in the column's shown units)")
         if c["test"] == "within" and margin == 0:
             raise SpecError(f"{w}: a 'within' claim needs a margin > 0")
@@ -382,6 +382,11 @@ def _claims(items: Any, metrics: list[MetricSpec], rows: list[str], where: str) 
             )
         )
     return out
+
+
+def _is_number(value: Any, kinds: type | tuple[type, ...] = (int, float)) -> bool:
+    """A YAML number of ``kinds``; Python counts a bool as an int, a spec never does."""
+    return isinstance(value, kinds) and not isinstance(value, bool)
 
 
 def _requirements(items: Any, rows: list[str], where: str) -> list[Requirement]:
@@ -404,7 +409,7 @@ def _requirements(items: Any, rows: list[str], where: str) -> list[Requirement]:
             raise SpecError(f"{w}: row lists a label twice")
         bounds = [r.get(k) for k in ("at_most", "at_least")]
         if sum(b is not None for b in bounds) != 1 or any(
-            b is not None and (isinstance(b, bool) or not isinstance(b, (int, float))) for b in bounds
+            b is not None and not _is_number(b) for b in bounds
         ):
             raise SpecError(f"{w}: give exactly one of at_most or at_least, a number")
         out.append(Requirement(tuple(labels), str(r["field"]), *(None if b is None else float(b) for b in bounds)))
@@ -419,7 +424,7 @@ def _trivial(data: Any, is_mean: bool, where: str) -> TrivialSpec | None:
         raise SpecError(f"{w}: needs a mapping with baseline (a name in attnlab.tasks.trivial) and margin")
     _unknown(w, data, _TRIVIAL_KEYS)
     margin = data.get("margin")
-    if isinstance(margin, bool) or not isinstance(margin, (int, float)) or margin < 0:
+    if not _is_number(margin) or margin < 0:
         raise SpecError(f"{w}: margin must be a number >= 0 in the column's shown units")
     name = data.get("baseline")
     if is_mean and name is not None:
@@ -429,24 +434,25 @@ def _trivial(data: Any, is_mean: bool, where: str) -> TrivialSpec | None:
     return TrivialSpec(margin=float(margin), baseline=name)
 
 
-def _protocol_block(data: Any, w: str, keys: set[str], later: str) -> float | None:
-    """Check a ``laptop:`` / ``gpu:`` block (a mapping with ``protocol`` and only ``keys``); its ``per_run_s``."""
+def _protocol_block(data: Any, where: str, block: str, keys: set[str], later: str) -> tuple[str, float | None]:
+    """Check a ``laptop:`` / ``gpu:`` block (a mapping with ``protocol`` and only ``keys``); where its messages
+    point, and its ``per_run_s``."""
+    w = f"{where}: {block}"
     if not isinstance(data, Mapping) or not data.get("protocol"):
         raise SpecError(f"{w}: needs a mapping with 'protocol' ({later})")
     _unknown(w, data, keys)
     per_run = data.get("per_run_s")
-    if per_run is not None and (isinstance(per_run, bool) or not isinstance(per_run, (int, float)) or per_run <= 0):
+    if per_run is not None and (not _is_number(per_run) or per_run <= 0):
         raise SpecError(f"{w}: per_run_s must be a measured number of seconds > 0, or absent")
-    return None if per_run is None else float(per_run)
+    return w, None if per_run is None else float(per_run)
 
 
 def _laptop(data: Any, where: str) -> LaptopSpec | None:
     if data is None:
         return None
-    w = f"{where}: laptop"
-    per_run = _protocol_block(data, w, _LAPTOP_KEYS, "and per_run_s, runs once measured")
+    w, per_run = _protocol_block(data, where, "laptop", _LAPTOP_KEYS, "and per_run_s, runs once measured")
     runs = data.get("runs")
-    if runs is not None and (isinstance(runs, bool) or not isinstance(runs, int) or runs <= 0):
+    if runs is not None and (not _is_number(runs, int) or runs <= 0):
         raise SpecError(f"{w}: runs must be a whole number > 0, or absent")
     return LaptopSpec(protocol=str(data["protocol"]), per_run_s=per_run, runs=runs)
 
@@ -454,8 +460,7 @@ def _laptop(data: Any, where: str) -> LaptopSpec | None:
 def _gpu(data: Any, where: str) -> GpuSpec | None:
     if data is None:
         return None
-    w = f"{where}: gpu"
-    per_run = _protocol_block(data, w, _GPU_KEYS, "and per_run_s with device once measured on a GPU")
+    w, per_run = _protocol_block(data, where, "gpu", _GPU_KEYS, "and per_run_s with device once measured on a GPU")
     device = data.get("device")
     if (per_run is None) != (device is None):
         raise SpecError(f"{w}: per_run_s and device go together (the seconds, and the GPU, torch and CUDA behind them)")

@@ -19,7 +19,7 @@ from typing import Any
 
 from attnlab.metrics.classification import babi_scores
 from attnlab.tasks.base import DataError, TaskData
-from attnlab.tasks.batching import IndexedClassificationCollate, IndexedDataset
+from attnlab.tasks.batching import indexed_classification_task
 from attnlab.tasks.registry import register_task_family
 from attnlab.tasks.sources import read_lines, resolve_data_root
 from attnlab.tasks.tokenization import build_tokenizer, encode_all
@@ -104,19 +104,14 @@ def load_babi(cfg: dict[str, Any], seed: int) -> TaskData:
     label = {a: i for i, a in enumerate(answers)}
     tok = build_tokenizer("word", [x for x, _, _ in splits["train"]], vocab_size=0, min_frequency=1,
                           cache_dir=cfg.get("tokenizer_cache"))
-    datasets, lengths = {}, []
+    labelled = {}
     for split, items in splits.items():
         ids = encode_all(tok, [x for x, _, _ in items], cache_dir=cfg.get("tokenizer_cache"))
-        lengths.extend(len(i) for i in ids)
-        datasets[split] = IndexedDataset([(i, label[a]) for i, (_, a, _) in zip(ids, items)])
+        labelled[split] = [(i, label[a]) for i, (_, a, _) in zip(ids, items)]
     name = "joint" if len(tasks) > 1 else f"qa{tasks[0]}"
-    return TaskData(
-        kind="classification",
-        datasets=datasets,
-        collate=IndexedClassificationCollate(0),
+    return indexed_classification_task(
+        labelled,
         vocab_size=tok.get_vocab_size(),
-        pad_id=0,
-        max_len=max(lengths) + 1,
         num_classes=len(answers),
         eval_splits={"test": "test"},
         metric_flavours={
@@ -128,7 +123,6 @@ def load_babi(cfg: dict[str, Any], seed: int) -> TaskData:
                     f"val = last {cfg['val_fraction']:.0%} of each train file"
                     + (f", story cut to the last {cap} sentences" if cap else ""),
         },
-        train_lengths=lengths[: len(datasets["train"])],
         detokenize=None,
         description=f"bAbI {variant} {name}: train {len(splits['train'])}, val {len(splits['val'])}, "
                     f"test {len(splits['test'])} questions",

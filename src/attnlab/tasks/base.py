@@ -18,7 +18,8 @@ class DataError(ValueError):
 class TaskData:
     """What a task hands to training: datasets per split, how to batch them and how to score them.
 
-    kind: ``seq2seq`` (src -> tgt), ``lm`` (next token), ``classification`` or ``regression`` (one output, MSE).
+    kind: ``seq2seq`` (src -> tgt), ``lm`` (next token), ``classification``, ``regression`` (one output, MSE) or
+        ``mlm`` (masked tokens of the input; the training module of each is ``training.modules.MODULES``).
     eval_splits: evaluation splits after training, as {metric prefix: split name}; the first is ``test``.
     metric_flavours: how each reported metric is computed (e.g. greedy decoding, perplexity unit).
     """

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 from torch.utils.data import Dataset
+
+from attnlab.tasks.base import TaskData
 
 
 class PairDataset(Dataset):
@@ -124,3 +127,27 @@ class IndexedClassificationCollate:
                                   dtype=torch.float32 if self.regression else torch.long),
             "ref_index": torch.tensor([i for _, _, i in batch], dtype=torch.long),
         }
+
+
+def indexed_classification_task(
+    labelled: dict[str, list[tuple[list[int], Any]]],
+    *,
+    vocab_size: int,
+    num_classes: int,
+    regression: bool = False,
+    **fields: Any,
+) -> TaskData:
+    """``TaskData`` of a classifier (or a regressor) over ids padded with 0, whose scores look raw references up
+    by example index: ``labelled`` holds each split's (ids, label) examples; max_len is one above the longest
+    input of any split, train_lengths the training inputs' lengths."""
+    return TaskData(
+        kind="regression" if regression else "classification",
+        datasets={split: IndexedDataset(examples) for split, examples in labelled.items()},
+        collate=IndexedClassificationCollate(0, regression=regression),
+        vocab_size=vocab_size,
+        pad_id=0,
+        max_len=max(len(ids) for examples in labelled.values() for ids, _ in examples) + 1,
+        num_classes=num_classes,
+        train_lengths=[len(ids) for ids, _ in labelled["train"]],
+        **fields,
+    )

@@ -31,14 +31,14 @@ from typing import Any
 from attnlab.metrics.classification import METRICS, classification_scores
 from attnlab.metrics.reading import (
     MULTIRC_METRICS,
-    RECORD_METRICS,
+    SUPERGLUE_RECORD_METRICS,
     multirc_scores,
     pick_candidates,
-    record_scores,
     squad_normalise,
+    superglue_record_scores,
 )
 from attnlab.tasks.base import DataError, TaskData
-from attnlab.tasks.batching import IndexedClassificationCollate, IndexedDataset
+from attnlab.tasks.batching import indexed_classification_task
 from attnlab.tasks.registry import register_task_family
 from attnlab.tasks.sources import (
     find_file,
@@ -161,8 +161,8 @@ def _release_rows(cfg: dict[str, Any], split: str, flatten) -> list[tuple[dict, 
         raise DataError(f"task.format={cfg['format']!r}: {cfg['name']} reads the SuperGLUE release JSON Lines "
                         f"(format: jsonl)")
     path = find_file(resolve_data_root(cfg["data_root"]), cfg["files"][split], hub_override="task.source=hub")
-    return [(row, f"{path}:{line}") for line, record in read_jsonl_numbered(path)
-            for row in flatten(record, f"{path}:{line}")]
+    return [(row, f"{path}:{line}") for line, item in read_jsonl_numbered(path)
+            for row in flatten(item, f"{path}:{line}")]
 
 
 def _list(value: Any, where: str, what: str) -> list:
@@ -171,39 +171,39 @@ def _list(value: Any, where: str, what: str) -> list:
     return value
 
 
-def flatten_multirc(record: dict, where: str) -> list[dict]:
+def flatten_multirc(item: dict, where: str) -> list[dict]:
     """One release line (a paragraph with its questions and answer options) -> hub rows, one per option."""
-    text = _field(record, "passage.text", where)
+    text = _field(item, "passage.text", where)
     rows = []
     # Without release indices the line and positions still tell questions apart (EM groups by them).
-    for q, question in enumerate(_list(_field(record, "passage.questions", where), where, "passage.questions")):
+    for q, question in enumerate(_list(_field(item, "passage.questions", where), where, "passage.questions")):
         for a, answer in enumerate(_list(_field(question, "answers", where), where, "answers")):
             label = answer.get("label", -1)
             rows.append({"paragraph": text, "question": _field(question, "question", where),
                          "answer": _field(answer, "text", where),
-                         "idx": {"paragraph": record.get("idx", where), "question": question.get("idx", q),
+                         "idx": {"paragraph": item.get("idx", where), "question": question.get("idx", q),
                                  "answer": answer.get("idx", a)},
                          "label": int(label) if isinstance(label, bool) else label})
     return rows
 
 
-def flatten_record(record: dict, where: str) -> list[dict]:
+def flatten_superglue_record(item: dict, where: str) -> list[dict]:
     """One release line (a passage with entity spans and its queries) -> hub rows, one per query.
 
     Entity ``end`` offsets are inclusive in the release (the hub builder reads ``text[start:end + 1]``).
     """
-    text = _field(record, "passage.text", where)
+    text = _field(item, "passage.text", where)
     entities = []
-    for span in _list(_field(record, "passage.entities", where), where, "passage.entities"):
+    for span in _list(_field(item, "passage.entities", where), where, "passage.entities"):
         start, end = _field(span, "start", where), _field(span, "end", where)
         if not (isinstance(start, int) and isinstance(end, int) and 0 <= start <= end < len(text)):
             raise DataError(f"{where}: entity span {start}..{end} is outside the passage ({len(text)} characters)")
         entities.append(text[start:end + 1])
     rows = []
-    for q, qa in enumerate(_list(_field(record, "qas", where), where, "qas")):
+    for q, qa in enumerate(_list(_field(item, "qas", where), where, "qas")):
         answers = sorted({_field(a, "text", where) for a in _list(qa.get("answers", []), where, "answers")})
         rows.append({"passage": text, "query": _field(qa, "query", where), "entities": sorted(set(entities)),
-                     "answers": answers, "idx": {"passage": record.get("idx", where), "query": qa.get("idx", q)}})
+                     "answers": answers, "idx": {"passage": item.get("idx", where), "query": qa.get("idx", q)}})
     return rows
 
 
@@ -228,7 +228,7 @@ class Candidate:
     answers: tuple[str, ...]
 
 
-def record_candidates(row: dict, where: str) -> list[Candidate]:
+def superglue_record_candidates(row: dict, where: str) -> list[Candidate]:
     """Every distinct candidate entity substituted into the query's @placeholder, then [SEP] the passage.
 
     The label is 1 when the entity equals a gold answer under the SQuAD normalisation the metric uses.
@@ -264,7 +264,7 @@ class MultircScorer:
 
 
 @dataclass
-class RecordScorer:
+class ReCoRDScorer:
     """References are (label, query key, entity, gold answers); outputs are (predicted label, positive-class
     log-probability) per candidate. Each query's prediction is its highest-scoring candidate entity."""
 
@@ -273,7 +273,7 @@ class RecordScorer:
     def __call__(self, outputs: list, references: list) -> dict[str, float]:
         picked = pick_candidates([o[1] for o in outputs], [r[1] for r in references], [r[2] for r in references])
         answers = {r[1]: r[3] for r in references}
-        return record_scores([picked[q] for q in picked], [answers[q] for q in picked])
+        return superglue_record_scores([picked[q] for q in picked], [answers[q] for q in picked])
 
 
 def _cap_whole_groups(items: list, keys: list, cap: int) -> int:
@@ -299,7 +299,7 @@ def load_glue(cfg: dict[str, Any], seed: int) -> TaskData:
     if scheme == "multirc":
         return _load_multirc(cfg)
     if scheme == "record":
-        return _load_record(cfg)
+        return _load_superglue_record(cfg)
     label_values = cfg.get("label_values")
     label_values = [str(v) for v in label_values] if label_values is not None else None
     regression = label_values is None
@@ -407,15 +407,15 @@ def _load_multirc(cfg: dict[str, Any]) -> TaskData:
         counts={split: f"{len(rows)} options of {questions[split]} questions" for split, rows in raw.items()})
 
 
-def _load_record(cfg: dict[str, Any]) -> TaskData:
-    _check_scheme_metrics(cfg, RECORD_METRICS)
+def _load_superglue_record(cfg: dict[str, Any]) -> TaskData:
+    _check_scheme_metrics(cfg, SUPERGLUE_RECORD_METRICS)
     by_split: dict[str, list[Candidate]] = {}
     tokenizer_rows: list[list[str]] = []
     no_candidates = 0
     for split in _split_names(cfg):
         candidates: list[Candidate] = []
-        for row, where in _release_rows(cfg, split, flatten_record):
-            found = record_candidates(row, where)
+        for row, where in _release_rows(cfg, split, flatten_superglue_record):
+            found = superglue_record_candidates(row, where)
             no_candidates += not found
             candidates.extend(found)
             if split == "train":
@@ -431,11 +431,11 @@ def _load_record(cfg: dict[str, Any]) -> TaskData:
     examples = {split: [(c.text, c.label) for c in items] for split, items in by_split.items()}
     references = {split: [(c.label, c.query, c.entity, c.answers) for c in items]
                   for split, items in by_split.items() if split != "train"}
-    metrics_text = (", ".join(f"{m}: {RECORD_METRICS[m]} x 100" for m in cfg["metrics"])
+    metrics_text = (", ".join(f"{m}: {SUPERGLUE_RECORD_METRICS[m]} x 100" for m in cfg["metrics"])
                     + "; acc (module): per-candidate binary accuracy as a fraction")
     queries = {split: len({c.query for c in items}) for split, items in by_split.items()}
     return _classifier_task(
-        cfg, examples, references, tokenizer_text=_distinct_fields(tokenizer_rows), scorer=RecordScorer(),
+        cfg, examples, references, tokenizer_text=_distinct_fields(tokenizer_rows), scorer=ReCoRDScorer(),
         num_classes=2, metrics_text=metrics_text,
         head=("candidate-entity scoring, as the non-generative SuperGLUE baselines: each candidate entity is "
               "substituted into the query's @placeholder ([SEP] the passage) and classified answer / not answer; "
@@ -463,13 +463,12 @@ def _classifier_task(cfg: dict[str, Any], examples: dict[str, list[tuple[str, An
                           vocab_size=int(t.get("vocab_size", 8000)), lowercase=bool(t.get("lowercase", True)),
                           min_frequency=int(t.get("min_frequency", 2)), cache_dir=cfg.get("tokenizer_cache"))
     limit = int(cfg["max_seq_len"])
-    datasets, lengths, cut = {}, [], {}
+    labelled, cut = {}, {}
     for split, items in examples.items():
         ids = encode_all(tok, [x for x, _ in items], cache_dir=cfg.get("tokenizer_cache"))
         cut[split] = sum(len(i) > limit for i in ids)
         ids = [i[:limit] or [3] for i in ids]  # an empty text becomes one <unk>, never a zero-length row
-        lengths.extend(len(i) for i in ids)
-        datasets[split] = IndexedDataset([(i, y) for i, (_, y) in zip(ids, items)])
+        labelled[split] = [(i, y) for i, (_, y) in zip(ids, items)]
     truncation = ", ".join(f"{split} {n} of {len(examples[split])}" for split, n in cut.items())
     if any(cut.values()):
         log.warning("%s: inputs longer than max_seq_len=%d tokens were cut: %s", cfg["name"], limit, truncation)
@@ -489,17 +488,13 @@ def _classifier_task(cfg: dict[str, Any], examples: dict[str, list[tuple[str, An
     if extra_data:
         flavours["data"] = (flavours.get("data", "") + extra_data).lstrip("; ")
     counts = counts or {split: str(len(items)) for split, items in examples.items()}
-    return TaskData(
-        kind="regression" if regression else "classification",
-        datasets=datasets,
-        collate=IndexedClassificationCollate(0, regression=regression),
+    return indexed_classification_task(
+        labelled,
         vocab_size=tok.get_vocab_size(),
-        pad_id=0,
-        max_len=max(lengths) + 1,
         num_classes=num_classes,
+        regression=regression,
         eval_splits=eval_splits,
         metric_flavours=flavours,
-        train_lengths=[len(i) for i, _ in datasets["train"].examples],
         description=f"{cfg['name']}: " + ", ".join(f"{k} {v}" for k, v in counts.items()),
         score_text=scorer,
         references=references,

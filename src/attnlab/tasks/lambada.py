@@ -22,7 +22,7 @@ from attnlab.tasks.base import DataError, TaskData
 from attnlab.tasks.batching import LMCollate
 from attnlab.tasks.registry import register_task_family
 from attnlab.tasks.sources import find_file, read_lines, resolve_data_root
-from attnlab.tasks.text_lm import BlockDataset, _first_words
+from attnlab.tasks.text_lm import BlockDataset, _first_words, lm_token_ids
 from attnlab.tasks.tokenization import build_tokenizer
 from attnlab.tasks.vocab import SPECIALS
 
@@ -100,10 +100,7 @@ def load_lambada(cfg: dict[str, Any], seed: int) -> TaskData:
         kind="lm",
         datasets=datasets,
         collate=LMCollate(tok.token_to_id(SPECIALS[0])),
-        vocab_size=tok.get_vocab_size(),
-        pad_id=tok.token_to_id(SPECIALS[0]),
-        bos_id=tok.token_to_id(SPECIALS[1]),
-        eos_id=eos,
+        **lm_token_ids(tok, eos),
         max_len=block,
         eval_splits=eval_splits,
         metric_flavours={

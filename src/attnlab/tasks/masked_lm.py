@@ -42,8 +42,7 @@ from torch.utils.data import Dataset
 
 from attnlab.tasks.base import DataError, TaskData
 from attnlab.tasks.registry import register_task_family
-from attnlab.tasks.text_lm import _first_words, _split_lines, lm_tokenizer
-from attnlab.tasks.vocab import SPECIALS
+from attnlab.tasks.text_lm import _first_words, _split_lines, lm_token_ids, lm_tokenizer
 
 MASK = "<mask>"
 
@@ -206,10 +205,7 @@ def load_masked_lm(cfg: dict[str, Any], seed: int) -> TaskData:
         kind="mlm",
         datasets=datasets,
         collate=collate_blocks,
-        vocab_size=tok.get_vocab_size(),
-        pad_id=tok.token_to_id(SPECIALS[0]),
-        bos_id=tok.token_to_id(SPECIALS[1]),
-        eos_id=eos,
+        **lm_token_ids(tok, eos),
         max_len=block_len,
         metric_flavours=flavours,
         train_lengths=[block_len] * 10,

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from attnlab.tasks.base import DataError, TaskData
-from attnlab.tasks.batching import IndexedClassificationCollate, IndexedDataset
+from attnlab.tasks.batching import indexed_classification_task
 from attnlab.tasks.registry import register_task_family
 from attnlab.tasks.sources import find_file, load_hub_dataset, read_tsv, resolve_data_root
 from attnlab.tasks.tokenization import build_tokenizer, encode_all
@@ -141,19 +141,14 @@ def load_sva(cfg: dict[str, Any], seed: int) -> TaskData:
     texts = {s: [" ".join(e.words) for e in rows] for s, rows in splits.items()}
     tok = build_tokenizer(t.get("kind", "word"), texts["train"], vocab_size=int(t.get("vocab_size", 0)),
                           min_frequency=int(t.get("min_frequency", 1)), cache_dir=cfg.get("tokenizer_cache"))
-    datasets, lengths = {}, []
+    labelled = {}
     for split, rows in splits.items():
         ids = [i or [3] for i in encode_all(tok, texts[split], cache_dir=cfg.get("tokenizer_cache"))]
-        lengths.extend(len(i) for i in ids)
-        datasets[split] = IndexedDataset([(i, e.label) for i, e in zip(ids, rows)])
+        labelled[split] = [(i, e.label) for i, e in zip(ids, rows)]
     k = int(cfg["max_attractors"])
-    return TaskData(
-        kind="classification",
-        datasets=datasets,
-        collate=IndexedClassificationCollate(0),
+    return indexed_classification_task(
+        labelled,
         vocab_size=tok.get_vocab_size(),
-        pad_id=0,
-        max_len=max(lengths) + 1,
         num_classes=2,
         eval_splits={"test": "test"},
         metric_flavours={
@@ -165,7 +160,6 @@ def load_sva(cfg: dict[str, Any], seed: int) -> TaskData:
             "data": f"Linzen et al. 2016 agreement data, column {cfg['text_field']!r}, prefix up to the verb; "
                     + ", ".join(f"{s} {len(r)}" for s, r in splits.items()),
         },
-        train_lengths=[len(i) for i, _ in datasets["train"].examples],
         description=f"{cfg['name']}: " + ", ".join(f"{s} {len(r)}" for s, r in splits.items()),
         score_text=AttractorScorer(k, bool(cfg["only_attractors"])),
         references={s: [(e.label, e.n_intervening, e.n_diff) for e in rows]

@@ -105,6 +105,17 @@ def lm_tokenizer(cfg: dict[str, Any], train_lines: list[str]) -> tuple[Tokenizer
     raise DataError(f"task.tokenizer.kind={kind!r}; valid: word, bpe")
 
 
+def lm_token_ids(tok: Tokenizer, eos: int) -> dict[str, int]:
+    """``TaskData``'s vocabulary fields of a language model over ``tok``: its size, the shared ``<pad>`` and
+    ``<s>`` ids, and ``eos``, the id that closes each corpus line (a word-level corpus has its own)."""
+    return {
+        "vocab_size": tok.get_vocab_size(),
+        "pad_id": tok.token_to_id(SPECIALS[0]),
+        "bos_id": tok.token_to_id(SPECIALS[1]),
+        "eos_id": eos,
+    }
+
+
 @register_task_family("text_lm")
 def load_text_lm(cfg: dict[str, Any], seed: int) -> TaskData:
     lines = _split_lines(cfg)
@@ -151,10 +162,7 @@ def load_text_lm(cfg: dict[str, Any], seed: int) -> TaskData:
         kind="lm",
         datasets=datasets,
         collate=LMCollate(pad),
-        vocab_size=tok.get_vocab_size(),
-        pad_id=pad,
-        bos_id=tok.token_to_id(SPECIALS[1]),
-        eos_id=eos,
+        **lm_token_ids(tok, eos),
         max_len=cfg["block_len"],
         metric_flavours=flavours,
         train_lengths=[cfg["block_len"]] * 10,

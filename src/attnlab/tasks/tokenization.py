@@ -31,7 +31,7 @@ from attnlab.tasks.vocab import SPECIALS
 log = logging.getLogger(__name__)
 KINDS = ("bpe", "wordpiece", "word", "char")
 # fairseq's choice (tasks/translation.py): an <unk> in a hypothesis becomes a string no reference contains,
-# so it can never earn an n-gram match (design decision 28, docs/design_decisions.md).
+# so it can never earn an n-gram match (design decision 28, docs/design_decisions.md#decoding-and-metrics).
 UNK_ESCAPE = "UNKNOWNTOKENINHYP"
 
 

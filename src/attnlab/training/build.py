@@ -2,7 +2,7 @@
 only the data knows) and the data module, with the batching that makes one update the size the config asks.
 
 ``run.py`` calls these in order; tests and tools (``cli/evaluate.py``) call ``build_module`` and
-``build_datamodule`` directly (they are re-exported from ``attnlab.training.run``).
+``build_datamodule`` directly, from here.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from attnlab.decoding.options import DecodingOptions
 from attnlab.tasks import DataError, TaskData, build_task
+from attnlab.training.acceleration import apply_to_module, switch
 from attnlab.training.config import ConfigError
 from attnlab.training.modules import MODULES, TaskModule
 from attnlab.training.resumable import ResumableDataModule
@@ -168,6 +169,7 @@ def build_module(cfg: DictConfig, task: TaskData | None = None) -> TaskModule:
         module.text_scorer, module.references = task.score_text, task.references
     if task.kind == "seq2seq":  # decoded test outputs are kept for the outputs files (training/outputs.py)
         module.detokenize = task.detokenize
+    apply_to_module(cfg, module)
     return module
 
 
@@ -177,5 +179,5 @@ def build_datamodule(cfg: DictConfig, task: TaskData | None = None) -> Resumable
     micro_tokens = token_budget(cfg, task.max_len)[0] if cfg.batch.get("tokens_per_update") else None
     return ResumableDataModule(task, micro_batch=micro, eval_batch=cfg.batch.eval_batch_size,
                                num_workers=cfg.hardware.num_workers, shuffle_seed=int(cfg.seed),
-                               micro_tokens=micro_tokens)
+                               micro_tokens=micro_tokens, pin_memory=switch(cfg, "pin_memory"))
 

@@ -9,6 +9,8 @@ import time
 import lightning as L
 import torch
 
+from attnlab.results.record import PONDER_DIR
+
 LOWER_IS_BETTER = ("loss", "ppl", "nll", "ponder", "error")
 
 
@@ -40,6 +42,12 @@ class Throughput(L.Callback):
         self._step0 = trainer.global_step
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        # Token counts may be device tensors (``TaskModule.compute_loss``): they are read, and the accelerator
+        # waited for, only where a window is logged, so the queued work of the window is counted in it.
+        window_steps = self._window_steps + trainer.global_step - self._step0
+        logged = self.log and window_steps >= max(trainer.log_every_n_steps, 1)
+        if logged and pl_module.device.type == "cuda":
+            torch.cuda.synchronize(pl_module.device)
         elapsed = time.perf_counter() - self._t0
         tokens = (pl_module._tokens_seen - self._tokens0) * trainer.world_size
         self.total_tokens += tokens
@@ -47,16 +55,16 @@ class Throughput(L.Callback):
         self.total_steps += trainer.global_step - self._step0
         self._window_tokens += tokens
         self._window_seconds += elapsed
-        self._window_steps += trainer.global_step - self._step0
-        if not self.log or self._window_steps < max(trainer.log_every_n_steps, 1):
+        self._window_steps = window_steps
+        if not logged:
             return
-        pl_module.log("perf/tokens_per_s", self._window_tokens / max(self._window_seconds, 1e-9),
+        pl_module.log("perf/tokens_per_s", float(self._window_tokens) / max(self._window_seconds, 1e-9),
                       on_step=True, on_epoch=False)
         pl_module.log("perf/step_s", self._window_seconds / self._window_steps, on_step=True, on_epoch=False)
         self._window_tokens, self._window_seconds, self._window_steps = 0, 0.0, 0
 
     def average_tokens_per_s(self) -> float | None:
-        return self.total_tokens / self.train_seconds if self.train_seconds > 0 else None
+        return float(self.total_tokens) / self.train_seconds if self.train_seconds > 0 else None
 
     def average_step_s(self) -> float | None:
         """Mean wall seconds per optimizer step of this process (training batches only)."""
@@ -160,7 +168,7 @@ class PonderStats(L.Callback):
         import json
         from pathlib import Path
 
-        path = Path(self.out_dir) / "ponder" / "steps.jsonl"
+        path = Path(self.out_dir) / PONDER_DIR / "steps.jsonl"
         path.parent.mkdir(parents=True, exist_ok=True)
         with path.open("a") as f:
             f.write(json.dumps({"step": trainer.global_step,

@@ -232,21 +232,35 @@ class RandomState(L.Callback):
 
     Restoring late (not when the checkpoint is read) matters: setting up the loops and loaders in between
     must not shift the dropout masks of the resumed run.
+
+    Under DDP every rank's generators are saved (``per_rank``, gathered from all ranks: saves happen on every
+    rank at the same step) and each rank restores its own: the ranks' generators drift apart as they draw
+    dropout masks for batches of different sizes, and restoring rank 0's everywhere changed the masks of the
+    other ranks after a resume. On another number of processes each rank restores rank 0's (the top level).
     """
 
     def __init__(self) -> None:
         self._pending: dict[str, Any] | None = None
 
     def state_dict(self) -> dict[str, Any]:
-        return rng_state()
+        state = rng_state()
+        dist = torch.distributed
+        if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+            every_rank: list[Any] = [None] * dist.get_world_size()
+            dist.all_gather_object(every_rank, state)
+            state = {**state, "per_rank": every_rank}
+        return state
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self._pending = dict(state_dict)
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
         if self._pending is not None:
-            set_rng_state(self._pending)
-            self._pending = None
+            state, self._pending = self._pending, None
+            every_rank = state.pop("per_rank", None)
+            if every_rank is not None and len(every_rank) == trainer.world_size:
+                state = every_rank[trainer.global_rank]
+            set_rng_state(state)
 
 
 # -- the "last" checkpoint, periodic saves and preemption ---------------------------------------------

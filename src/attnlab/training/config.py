@@ -20,6 +20,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from attnlab.decoding.options import DecodingOptions
 from attnlab.errors import ConfigError  # defined below plugins (which raise it); callers import it from here too
+from attnlab.training.acceleration import check_speed_options
 
 
 @dataclass
@@ -59,6 +60,12 @@ class HardwareSchema:
     matmul_precision: str
     torch_threads: int | None = None
     max_tokens_per_device: int | None = None  # token ceiling of a micro-batch (run.micro_batch_ceiling)
+    # Speed options, each auto | true | false (training/acceleration.py); absent from older saved configs.
+    pin_memory: Any = "auto"
+    fused_optimizer: Any = "auto"
+    activation_checkpointing: Any = False
+    compile: Any = False
+    nan_check: str = "auto"  # auto | every_step | deferred
 
 
 @dataclass
@@ -114,7 +121,7 @@ class CallbacksSchema:
     lr_monitor: bool = False
     ponder_stats: Any = None
     mfu: bool = False
-    record_attention: bool = False  # attention-weight histograms at the end of training (attention_record.py)
+    record_attention: bool = False  # attention-weight histograms at the end of training (attention_capture.py)
     record_attention_sample_size: int = 8
 
 
@@ -293,6 +300,7 @@ def validate(cfg: DictConfig) -> None:
         _check_section(view.task.decoding, DecodingOptions, "task.decoding")
     check_root_keys(view)
     _check_ranges(view)
+    check_speed_options(view)
     _check_loggers(view)
 
     from attnlab.attention import available, get_entry

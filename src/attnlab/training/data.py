@@ -200,10 +200,16 @@ def _as_is(batch):
     return batch
 
 
+def loader_options(num_workers: int = 0, pin_memory: bool = False) -> dict[str, Any]:
+    """The DataLoader settings every attnlab loader shares: worker processes kept across epochs, and
+    page-locked batches on a GPU (so the copy to the device runs beside the step instead of before it)."""
+    return {"num_workers": num_workers, "persistent_workers": num_workers > 0, "pin_memory": pin_memory}
+
+
 def token_batch_loader(dataset: Dataset, collate: Callable, sampler: TokenBudgetSampler, *, num_workers: int = 0,
-                       generator=None) -> DataLoader:
+                       pin_memory: bool = False, generator=None) -> DataLoader:
     return DataLoader(CollatedBatches(dataset, collate), sampler=sampler, batch_size=None, collate_fn=_as_is,
-                      num_workers=num_workers, persistent_workers=num_workers > 0, generator=generator)
+                      generator=generator, **loader_options(num_workers, pin_memory))
 
 
 def derive_token_batching(tokens_per_update: int, *, world: int, max_tokens_per_micro: int) -> tuple[int, int]:
@@ -222,10 +228,10 @@ class TaskDataModule(L.LightningDataModule):
     """Train batches of ``micro_batch`` sentences, or of at most ``micro_tokens`` padded tokens when set."""
 
     def __init__(self, task: TaskData, *, micro_batch: int, eval_batch: int, num_workers: int = 0,
-                 shuffle_seed: int = 0, micro_tokens: int | None = None) -> None:
+                 shuffle_seed: int = 0, micro_tokens: int | None = None, pin_memory: bool = False) -> None:
         super().__init__()
         self.task, self.micro_batch, self.eval_batch = task, micro_batch, eval_batch
-        self.num_workers, self.shuffle_seed = num_workers, shuffle_seed
+        self.num_workers, self.shuffle_seed, self.pin_memory = num_workers, shuffle_seed, pin_memory
         self.micro_tokens = micro_tokens
 
     def token_sampler(self, split: str, *, world: int = 1, rank: int = 0) -> TokenBudgetSampler:
@@ -247,7 +253,8 @@ class TaskDataModule(L.LightningDataModule):
         lengths = [source_length(dataset[i]) for i in range(len(dataset))] if by_length else None
         sampler = EvalBatchSampler(dataset, batch_size=self.eval_batch, lengths=lengths, num_replicas=world,
                                    rank=rank)
-        return token_batch_loader(dataset, self.task.collate, sampler, num_workers=self.num_workers)
+        return token_batch_loader(dataset, self.task.collate, sampler, num_workers=self.num_workers,
+                                  pin_memory=self.pin_memory)
 
     def test_loader(self, split: str) -> DataLoader:
         return self.eval_loader(split, by_length=self.task.kind == "seq2seq")
@@ -257,15 +264,15 @@ class TaskDataModule(L.LightningDataModule):
             world = self.trainer.world_size if self.trainer is not None else 1
             rank = self.trainer.global_rank if self.trainer is not None else 0
             return token_batch_loader(self.task.datasets[split], self.task.collate,
-                                      self.token_sampler(split, world=world, rank=rank), num_workers=self.num_workers)
+                                      self.token_sampler(split, world=world, rank=rank), num_workers=self.num_workers,
+                                      pin_memory=self.pin_memory)
         return DataLoader(
             self.task.datasets[split],
             batch_size=self.micro_batch if train else self.eval_batch,
             shuffle=train,
             drop_last=False,
             collate_fn=self.task.collate,
-            num_workers=self.num_workers,
-            persistent_workers=self.num_workers > 0,
+            **loader_options(self.num_workers, self.pin_memory),
         )
 
     def train_dataloader(self):

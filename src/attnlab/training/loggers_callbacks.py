@@ -9,6 +9,8 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from attnlab.results.record import CHECKPOINTS_DIR
+from attnlab.training.acceleration import nan_check
 from attnlab.training.callbacks import BestMetrics, MetricsLine, PonderStats, Throughput
 from attnlab.training.checkpointing import LastCheckpoint, RandomState, checkpoint_step
 from attnlab.training.config import ConfigError
@@ -77,18 +79,19 @@ def build_callbacks(cfg: DictConfig, run_dir: Path) -> list:
     c = cfg.callbacks
     mfu = bool(c.get("mfu")) and not cfg.get("debug_mode")
     callbacks: list = [Throughput(log=not mfu), BestMetrics(), RandomState(),
-                       NonFiniteGuard(cfg.get("nan_policy", "stop"), int(cfg.get("max_skipped_batches", 0))),
+                       NonFiniteGuard(cfg.get("nan_policy", "stop"), int(cfg.get("max_skipped_batches", 0)),
+                                      check=nan_check(cfg)),
                        MetricsLine(cfg.trainer.log_every_n_steps)]
     if c.get("checkpoint"):
         ck = c.checkpoint
         if ck.save_top_k:
             callbacks.append(ModelCheckpoint(
-                dirpath=str(run_dir / "checkpoints"), monitor=ck.monitor, mode=ck.mode, save_last=False,
+                dirpath=str(run_dir / CHECKPOINTS_DIR), monitor=ck.monitor, mode=ck.mode, save_last=False,
                 save_top_k=ck.save_top_k, filename="step{step:07d}", auto_insert_metric_name=False,
             ))
         # After ModelCheckpoint in the list (Lightning keeps that order), so last.ckpt records the newest best.
         if ck.save_last:
-            callbacks.append(LastCheckpoint(run_dir / "checkpoints", every_n_steps=ck.get("every_n_steps"),
+            callbacks.append(LastCheckpoint(run_dir / CHECKPOINTS_DIR, every_n_steps=ck.get("every_n_steps"),
                                             handle_signals=ck.get("on_signal", True)))
     has_logger = any(v is not None for v in cfg.logger.values())
     if c.get("lr_monitor") and has_logger:
@@ -107,7 +110,7 @@ def build_callbacks(cfg: DictConfig, run_dir: Path) -> list:
         options = PlateauOptions(**OmegaConf.to_container(cfg.optim.plateau, resolve=True))
         callbacks.append(PlateauDecay(options, warmup_steps=cfg.optim.warmup_steps))
     if c.get("record_attention"):
-        from attnlab.training.attention_record import AttentionWeightsHistogram
+        from attnlab.training.attention_capture import AttentionWeightsHistogram
 
         callbacks.append(AttentionWeightsHistogram(str(run_dir), sample_size=c.get("record_attention_sample_size", 8)))
     return callbacks + instantiate_own(c, "callbacks")

@@ -1,4 +1,5 @@
-"""Lightning modules, one per task family: seq2seq, language modelling, classification.
+"""Lightning modules, one per task kind: sequence-to-sequence, language modelling, classification, regression and
+masked language modelling (``MODULES``), over one ``TaskModule`` (optimisation, ACT terms, logging).
 
 They hold only plain dicts as hyperparameters so checkpoints load with ``weights_only=True``.
 """
@@ -18,6 +19,10 @@ from attnlab.metrics import GroupedAnswerScore, MaskedLMScore, Perplexity, Ratio
 from attnlab.models import DecoderLM, EncoderClassifier, EncoderDecoder, EncoderMLM
 from attnlab.training.data import pop_eval_slot
 from attnlab.training.schedules import lr_multiplier
+
+# The batch entry saying which token tensors hold padding (``TaskModule.on_before_batch_transfer``).
+PADDED = "padded"
+PADDABLE = ("src", "tgt_in", "ids")
 
 
 def count_parameters(model: torch.nn.Module) -> dict[str, int]:
@@ -64,15 +69,38 @@ class TaskModule(L.LightningModule):
         # After testing: {eval prefix: {example index: output}} of every rank, for the outputs files.
         self.test_outputs: dict[str, dict[int, Any]] = {}
 
+    @property
+    def network(self) -> torch.nn.Module:
+        """The network a step calls: its compiled form while training when ``hardware.compile`` is on, else
+        ``self.model``. Evaluation stays eager: decoding runs the network once per output length with a
+        growing cache, which a compiled graph would recompile for."""
+        compiled = self.__dict__.get("_compiled_network")
+        return compiled if compiled is not None and self.training else self.model
+
+    def compile_network(self) -> None:
+        # Kept outside the module's children: the compiled wrapper shares ``self.model``'s parameters, and
+        # the state dict (checkpoints) keeps the plain names.
+        self.__dict__["_compiled_network"] = torch.compile(self.model)
+
     # -- hooks for subclasses -----------------------------------------------------------------------
     def build_model(self) -> torch.nn.Module:
         raise NotImplementedError  # abstract: each task family builds its network
 
-    def compute_loss(self, batch) -> tuple[torch.Tensor, dict[str, Any], int]:
-        """(main loss, aux dict from the network, number of target tokens)."""
+    def compute_loss(self, batch) -> tuple[torch.Tensor, dict[str, Any], int | torch.Tensor]:
+        """(main loss, aux dict from the network, number of target tokens: a device tensor where it is
+        counted from device data, so that the step never waits for the accelerator)."""
         raise NotImplementedError  # abstract
 
     # -- training ----------------------------------------------------------------------------------
+    def on_before_batch_transfer(self, batch, dataloader_idx: int):
+        """Say which token tensors of a training batch hold padding, read here on the host before the copy to
+        the device: a network told "no padding" builds no attention mask (the mask-free flash kernel, and
+        no ``padding.any()`` that would wait for the accelerator). Evaluation batches build masks as always."""
+        if self._trainer is not None and self.trainer.training and isinstance(batch, dict):
+            pad = self.task_info["pad_id"]
+            batch[PADDED] = {key: bool(batch[key].eq(pad).any()) for key in PADDABLE if key in batch}
+        return batch
+
     def total_loss(self, batch) -> tuple[torch.Tensor, torch.Tensor, dict[str, Any], int]:
         """(what is minimised: the main loss plus the network's ``loss/`` terms such as ACT's ponder cost,
         the main loss, the aux dict, target tokens)."""
@@ -94,9 +122,12 @@ class TaskModule(L.LightningModule):
             if key.startswith("loss/"):
                 self.log(f"train/{key[5:]}", value.detach(), on_step=True, on_epoch=False)
             elif key.startswith("log/"):
-                self.log(f"train/{key[4:]}", float(value), on_step=True, on_epoch=False)
+                logged = value.detach().float() if isinstance(value, torch.Tensor) else float(value)
+                self.log(f"train/{key[4:]}", logged, on_step=True, on_epoch=False)
         self.log("train/nll", loss.detach(), on_step=True, on_epoch=False, prog_bar=False)
-        self.log("train/loss", total.detach(), on_step=True, on_epoch=False, prog_bar=True)
+        # Lightning turns progress-bar values into Python numbers after every batch, a wait for the
+        # accelerator: shown only where a bar is drawn (logged values are read every log_every_n_steps).
+        self.log("train/loss", total.detach(), on_step=True, on_epoch=False, prog_bar=self._bar_drawn())
         self._tokens_seen += tokens
         scale = self._update_scale()
         if scale is None:
@@ -107,6 +138,10 @@ class TaskModule(L.LightningModule):
         count = torch.as_tensor(self.loss_count(batch), device=total.device, dtype=torch.float64)
         self._update_count = self._update_count + count if self._update_count is not None else count
         return total * count.to(total.dtype) * scale
+
+    def _bar_drawn(self) -> bool:
+        trainer = self._trainer
+        return trainer is not None and trainer.progress_bar_callback is not None
 
     def loss_count(self, batch) -> int | torch.Tensor:
         """What the family's loss is a mean over in ``batch`` (target tokens, scored tokens, examples).
@@ -161,7 +196,9 @@ class TaskModule(L.LightningModule):
             optimizer = instantiate(o["optimizer"], groups, lr=o["lr"])
         else:
             cls = {"adam": torch.optim.Adam, "adamw": torch.optim.AdamW}[o["optimizer"]]
-            optimizer = cls(groups, lr=o["lr"], betas=tuple(o["betas"]), eps=o["eps"])
+            # fused: one kernel for every parameter (hardware.fused_optimizer; training/acceleration.py)
+            fused = {"fused": True} if getattr(self, "fused_optimizer", False) else {}
+            optimizer = cls(groups, lr=o["lr"], betas=tuple(o["betas"]), eps=o["eps"], **fused)
         trainer = self._trainer  # None outside a Trainer (benchmarks, tools); the property would raise
         total = trainer.max_steps if trainer is not None and trainer.max_steps > 0 else 100_000
         if isinstance(o["schedule"], dict):  # the user's own torch scheduler, stepped every update
@@ -258,7 +295,8 @@ class TaskModule(L.LightningModule):
 
 
 def _label_smoothed_nll(logits, target, pad_id: int, smoothing: float):
-    """(label-smoothed CE summed over tokens, plain NLL summed, token count). Padding is ignored."""
+    """(label-smoothed CE summed over tokens, plain NLL summed, token count as a tensor on the logits' device:
+    an ``int`` would wait for the accelerator at every step). Padding is ignored."""
     flat_logits = logits.reshape(-1, logits.shape[-1]).float()
     flat_target = target.reshape(-1)
     ce = F.cross_entropy(flat_logits, flat_target, ignore_index=pad_id, label_smoothing=smoothing,
@@ -267,7 +305,7 @@ def _label_smoothed_nll(logits, target, pad_id: int, smoothing: float):
         nll = F.cross_entropy(flat_logits.detach(), flat_target, ignore_index=pad_id, reduction="sum")
     else:
         nll = ce.detach()
-    tokens = int(flat_target.ne(pad_id).sum())
+    tokens = flat_target.ne(pad_id).sum()
     return ce, nll, tokens
 
 
@@ -287,10 +325,10 @@ class Seq2SeqModule(TaskModule):
                               pad_id=t["pad_id"], max_len=self.model_cfg["max_len"])
 
     def compute_loss(self, batch):
-        logits, aux = self.model(batch["src"], batch["tgt_in"])
+        logits, aux = self.network(batch["src"], batch["tgt_in"], padded=batch.get(PADDED))
         ce, _, tokens = _label_smoothed_nll(logits, batch["tgt_out"], self.task_info["pad_id"],
                                             self.optim_cfg["label_smoothing"])
-        return ce / max(tokens, 1), aux, tokens
+        return ce / tokens.clamp_min(1), aux, tokens
 
     def loss_count(self, batch):
         return batch["tgt_out"].ne(self.task_info["pad_id"]).sum()
@@ -306,7 +344,7 @@ class Seq2SeqModule(TaskModule):
         return greedy_decode(self.model, src, bos_id=t["bos_id"], eos_id=t["eos_id"], max_len=max_len)
 
     def validate_batch(self, batch, batch_number):
-        logits, _ = self.model(batch["src"], batch["tgt_in"])
+        logits, _ = self.network(batch["src"], batch["tgt_in"])
         _, nll, tokens = _label_smoothed_nll(logits, batch["tgt_out"], self.task_info["pad_id"], 0.0)
         self.val_ppl.update(nll, tokens)
         if self.eval_cfg["decode_in_validation"]:
@@ -373,20 +411,20 @@ class LMModule(TaskModule):
         return DecoderLM(self.model_cfg, vocab=t["vocab_size"], pad_id=t["pad_id"], max_len=self.model_cfg["max_len"])
 
     def compute_loss(self, batch):
-        logits, aux = self.model(batch["ids"])
+        logits, aux = self.network(batch["ids"], padded=batch.get(PADDED))
         target = batch["target"]
         if "target_mask" in batch:  # LAMBADA-style: train only on the scored words
             target = target.masked_fill(~batch["target_mask"], self.task_info["pad_id"])
         ce, _, tokens = _label_smoothed_nll(logits, target, self.task_info["pad_id"],
                                             self.optim_cfg["label_smoothing"])
-        return ce / max(tokens, 1), aux, tokens
+        return ce / tokens.clamp_min(1), aux, tokens
 
     def loss_count(self, batch):
         real = batch["target"].ne(self.task_info["pad_id"])
         return (real & batch["target_mask"]).sum() if "target_mask" in batch else real.sum()
 
     def _nll(self, batch):
-        logits, _ = self.model(batch["ids"])
+        logits, _ = self.network(batch["ids"])
         _, nll, tokens = _label_smoothed_nll(logits, batch["target"], self.task_info["pad_id"], 0.0)
         return nll, tokens
 
@@ -400,7 +438,7 @@ class LMModule(TaskModule):
         self.val_ppl.reset()
 
     def test_batch(self, batch, batch_number, dataloader_idx):
-        logits, _ = self.model(batch["ids"])
+        logits, _ = self.network(batch["ids"])
         target, pad = batch["target"], self.task_info["pad_id"]
         token_nll = F.cross_entropy(logits.float().transpose(1, 2), target, ignore_index=pad, reduction="none")
         real = target.ne(pad)
@@ -455,15 +493,15 @@ class ClassificationModule(TaskModule):
                                  max_len=self.model_cfg["max_len"], num_classes=t["num_classes"])
 
     def compute_loss(self, batch):
-        logits, aux = self.model(batch["ids"])
+        logits, aux = self.network(batch["ids"], padded=batch.get(PADDED))
         loss = F.cross_entropy(logits.float(), batch["label"], label_smoothing=self.optim_cfg["label_smoothing"])
-        return loss, aux, int(batch["ids"].ne(self.task_info["pad_id"]).sum())
+        return loss, aux, batch["ids"].ne(self.task_info["pad_id"]).sum()
 
     def loss_count(self, batch):
         return len(batch["label"])
 
     def validate_batch(self, batch, batch_number):
-        logits, _ = self.model(batch["ids"])
+        logits, _ = self.network(batch["ids"])
         self.val_acc.update(logits.argmax(-1), batch["label"])
         self.val_loss.update(F.cross_entropy(logits.float(), batch["label"], reduction="sum"), len(batch["label"]))
 
@@ -474,7 +512,7 @@ class ClassificationModule(TaskModule):
         self.val_loss.reset()
 
     def test_batch(self, batch, batch_number, dataloader_idx):
-        logits, _ = self.model(batch["ids"])
+        logits, _ = self.network(batch["ids"])
         predictions = logits.argmax(-1)
         self.test_acc[dataloader_idx].update(predictions, batch["label"])
         outputs = predictions.tolist()
@@ -512,12 +550,12 @@ class RegressionModule(TaskModule):
                                  max_len=self.model_cfg["max_len"], num_classes=1)
 
     def _predict(self, batch):
-        out, aux = self.model(batch["ids"])
+        out, aux = self.network(batch["ids"], padded=batch.get(PADDED))
         return out.float().squeeze(-1), aux
 
     def compute_loss(self, batch):
         pred, aux = self._predict(batch)
-        return F.mse_loss(pred, batch["label"].float()), aux, int(batch["ids"].ne(self.task_info["pad_id"]).sum())
+        return F.mse_loss(pred, batch["label"].float()), aux, batch["ids"].ne(self.task_info["pad_id"]).sum()
 
     def loss_count(self, batch):
         return len(batch["label"])
@@ -565,7 +603,7 @@ class MaskedLMModule(TaskModule):
         return EncoderMLM(self.model_cfg, vocab=t["vocab_size"], pad_id=t["pad_id"], max_len=self.model_cfg["max_len"])
 
     def _logits(self, batch):
-        logits, aux = self.model(batch["ids"], batch["scored"])
+        logits, aux = self.network(batch["ids"], batch["scored"], padded=batch.get(PADDED))
         return logits, batch["target"][batch["scored"]], aux
 
     def _fixed_depth(self) -> int:

@@ -163,7 +163,8 @@ class MFUCallback(Callback):
       ``perf/peak_flops_measured``; ``perf/mfu`` is then against the measured peak and
       ``perf/peak_source`` is 0 (measured) instead of 1 (datasheet).
     - Step time: wall time from ``on_train_batch_start`` to ``on_train_batch_end`` (data loading
-      excluded), synchronised on CUDA.
+      excluded). On CUDA the device is waited for only at the end of a logged step: queued work of the
+      window's steps is then counted in that step, and no other step waits for the accelerator.
     """
 
     def __init__(self, log_every: int = 50, count_step: int = 1, tokens_fn=None, measure_peak: bool = True):
@@ -186,16 +187,17 @@ class MFUCallback(Callback):
 
     def summary(self) -> dict[str, float | str | None]:
         """MFU over every timed step of the run, for the run record's ``cost`` (None where unknown)."""
-        tps = self._run_tokens / self._run_time if self._run_time > 0 else None
+        tps = float(self._run_tokens) / self._run_time if self._run_time > 0 else None
         value = mfu(self.flops_per_token, tps, self.peak) if self.flops_per_token and tps else None
         return {"mfu": value, "flops_per_token": self.flops_per_token, "peak_flops": self.peak,
                 "peak_source": self.peak_source}
 
     # -- helpers -------------------------------------------------------------------------------------
-    def _tokens(self, pl_module, batch) -> int:
+    def _tokens(self, pl_module, batch):
+        """Tokens seen so far: an int, or a device tensor read on the host only at logged steps."""
         if self.tokens_fn is not None:
-            return int(self.tokens_fn(batch))
-        return int(getattr(pl_module, "_tokens_seen", 0))
+            return self.tokens_fn(batch)
+        return getattr(pl_module, "_tokens_seen", 0)
 
     @staticmethod
     def _sync(pl_module) -> None:
@@ -217,6 +219,7 @@ class MFUCallback(Callback):
         if trainer.global_step == self.count_step and self.flops_per_token is None:
             if hasattr(pl_module, "total_loss"):
                 flops, tokens = count_training_flops(pl_module, batch, trainer.precision_plugin.forward_context())
+                self._sync(pl_module)  # the counting pass's queued work is not the next step's time
                 if tokens > 0:
                     self.flops_per_token = flops / tokens
                 self._skip_timing = True  # the counting pass and this step's start are not one step's time
@@ -226,7 +229,6 @@ class MFUCallback(Callback):
             self._counter = FlopCounterMode(display=False)
             self._counter.__enter__()
             return
-        self._sync(pl_module)
         self._t0 = time.perf_counter()
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
@@ -237,18 +239,21 @@ class MFUCallback(Callback):
         if self._counter is not None:
             counter, self._counter = self._counter, None
             counter.__exit__(None, None, None)
+            tokens = int(tokens)
             if tokens > 0:
                 self.flops_per_token = counter.get_total_flops() / tokens
             return
-        self._sync(pl_module)
+        logged = (trainer.global_step + 1) % self.log_every == 0
+        if logged:
+            self._sync(pl_module)
         elapsed = time.perf_counter() - self._t0
         self._acc_time += elapsed
         self._acc_tokens += tokens
         self._run_time += elapsed
         self._run_tokens += tokens
-        if (trainer.global_step + 1) % self.log_every or self._acc_time <= 0:
+        if not logged or self._acc_time <= 0:
             return
-        tps = self._acc_tokens / self._acc_time
+        tps = float(self._acc_tokens) / self._acc_time
         metrics = {"perf/tokens_per_s": tps}
         if self.flops_per_token is not None:
             metrics["perf/flops_per_token"] = self.flops_per_token

@@ -25,6 +25,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 import attnlab
+from attnlab.results.record import CHECKPOINTS_DIR, RECORD_FILENAME, record_header, write_record
 from attnlab.tasks import TaskData
 from attnlab.training.build import run_flavours
 from attnlab.training.callbacks import BestMetrics, Throughput
@@ -103,22 +104,10 @@ def _record(cfg: DictConfig, run_dir: Path, command: str | None, trainer: L.Trai
     guard = next(c for c in callbacks if isinstance(c, NonFiniteGuard))
     params = count_parameters(module.model)
     wandb_id = next((lg.experiment.id for lg in trainer.loggers if lg.__class__.__name__ == "WandbLogger"), None)
-    return {
-        "schema_version": 1,
-        "status": status,
-        "error": None,
-        "experiment": cfg.get("experiment_name"),
-        "row": cfg.get("row"),
-        "task": cfg.task.name,
-        "model": {"name": cfg.model.name, "attention": cfg.model.attention.name,
-                  "recurrence": cfg.model.recurrence.name},
-        "seed": int(cfg.seed),
-        "scale": cfg.scale.name,
-        "config_hash": config_hash,
-        "git": git_state(),
-        "hardware": {"name": cfg.hardware.name, "accelerator": cfg.hardware.accelerator,
-                     "devices": cfg.hardware.devices, "num_nodes": cfg.hardware.num_nodes,
-                     "precision": str(cfg.hardware.precision)},
+    record = record_header(config_value(cfg), status=status, config_hash=config_hash, git=git_state(),
+                           run_dir=str(run_dir.resolve()), command=command or shlex.join(sys.argv),
+                           created=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
+    record.update({
         "metrics": {"final": collect_metrics(trainer) if status == "completed" else {}, "best": dict(best.best)},
         "params": params,
         "cost": {"wall_s": round(time.time() - started.wall, 2),
@@ -135,14 +124,27 @@ def _record(cfg: DictConfig, run_dir: Path, command: str | None, trainer: L.Trai
                  **mfu_summary(callbacks)},
         "metric_flavours": run_flavours(cfg, task),
         "wandb_run_id": wandb_id,
-        "run_dir": str(run_dir.resolve()),
-        "command": command or shlex.join(sys.argv),
-        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "versions": {"python": platform.python_version(), "torch": torch.__version__,
                      "lightning": L.__version__, "attnlab": attnlab.__version__},
         "extra": {"debug": cfg.get("debug_mode"), "skipped_batches": guard.skipped,
                   **_attention_coverage(module, task)},
-    }
+    })
+    return record
+
+
+def config_value(cfg: DictConfig):
+    """``config_value(key)`` for :func:`attnlab.results.record.record_header`: the resolved value of a dotted key,
+    None where it is absent or cannot be resolved (a run can fail on a broken config, and its failure record is
+    still written); the precision as a string, as Lightning's names are."""
+
+    def value(key: str) -> Any:
+        try:
+            found = OmegaConf.select(cfg, key)
+        except Exception:  # noqa: BLE001 - a broken config must still yield a failure record
+            found = None
+        return str(found) if key == "hardware.precision" else found
+
+    return value
 
 
 def _attention_coverage(module: TaskModule, task: TaskData) -> dict[str, Any]:
@@ -178,8 +180,6 @@ def _write_interrupted_record(cfg, run_dir, command, trainer, module, callbacks,
     key = "interrupted" if isinstance(exc, Interrupted) else "preempted"
     record["extra"][key] = {"signal": signal.Signals(exc.signum).name, "step": exc.step,
                             "checkpoint": exc.checkpoint, "resume_with": record["command"]}
-    from attnlab.results.record import RECORD_FILENAME, write_record
-
     try:
         with _storage_errors(run_dir), signals_deferred():
             write_record(run_dir / RECORD_FILENAME, record)
@@ -192,7 +192,7 @@ def _stopped_before_training(cfg: DictConfig, run_dir: Path, command: str | None
     """Ctrl-C or a stop signal before training started: an ``interrupted`` record made from the config, and
     the exception the CLI reports (a resumed run may have checkpoints: the rerun resumes from the newest)."""
     with signals_deferred():  # a further Ctrl-C may not cut the search short (the record defers its own)
-        found = find_resume_checkpoint(run_dir / "checkpoints")
+        found = find_resume_checkpoint(run_dir / CHECKPOINTS_DIR)
     step, checkpoint = (checkpoint_step(found[1]), str(found[0])) if found else (0, None)
     if isinstance(exc, KeyboardInterrupt):
         stopped: Preempted = Interrupted(step, checkpoint)
@@ -229,41 +229,11 @@ def write_config_record(cfg: DictConfig, run_dir: str | os.PathLike, command: st
     """A run record made from the config alone (the run failed or stopped before its model or trainer
     existed); False when the folder cannot take it, with nothing half-written. A second Ctrl-C or stop
     signal waits until the record is on disk."""
-    from attnlab.results.record import RECORD_FILENAME, write_record
-
-    def pick(dotted: str):
-        try:
-            return OmegaConf.select(cfg, dotted)
-        except Exception:  # noqa: BLE001 - a broken config must still yield a failure record
-            return None
-
-    record = {
-        "schema_version": 1,
-        "status": status,
-        "error": error,
-        "experiment": pick("experiment_name"),
-        "row": pick("row"),
-        "task": pick("task.name"),
-        "model": {"name": pick("model.name"), "attention": pick("model.attention.name"),
-                  "recurrence": pick("model.recurrence.name")},
-        "seed": pick("seed"),
-        "scale": pick("scale.name"),
-        "git": git_state(),
-        "config_hash": _safe_hash(cfg),
-        "hardware": {"name": pick("hardware.name"), "accelerator": pick("hardware.accelerator"),
-                     "devices": pick("hardware.devices"), "num_nodes": pick("hardware.num_nodes"),
-                     "precision": str(pick("hardware.precision"))},
-        "metrics": {"final": {}, "best": {}},
-        "params": {"total": None, "trainable": None},
-        "cost": {"wall_s": None, "tokens_per_s": None, "peak_mem_mb": None},
-        "metric_flavours": {},
-        "wandb_run_id": None,
-        "run_dir": str(Path(run_dir).resolve()),
-        "command": command,
-        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "versions": {"python": platform.python_version(), "torch": torch.__version__,
-                     "attnlab": attnlab.__version__},
-    }
+    record = record_header(config_value(cfg), status=status, error=error, config_hash=_safe_hash(cfg),
+                           git=git_state(), run_dir=str(Path(run_dir).resolve()), command=command,
+                           created=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
+    record["versions"] = {"python": platform.python_version(), "torch": torch.__version__,
+                          "attnlab": attnlab.__version__}
     if extra:
         record["extra"] = extra
     try:

@@ -18,7 +18,7 @@ from lightning.pytorch.loggers.csv_logs import ExperimentWriter
 from lightning.pytorch.loggers.logger import rank_zero_experiment
 from torch.utils.data import DataLoader, DistributedSampler
 
-from attnlab.training.data import TaskDataModule, TokenBudgetSampler, token_batch_loader
+from attnlab.training.data import TaskDataModule, TokenBudgetSampler, loader_options, token_batch_loader
 
 
 class ResumableSampler(DistributedSampler):
@@ -61,7 +61,8 @@ class ResumableDataModule(TaskDataModule):
                 self._to_load = None
             if self.micro_tokens:
                 return token_batch_loader(self.task.datasets[split], self.task.collate, sampler,
-                                          num_workers=self.num_workers, generator=generator)
+                                          num_workers=self.num_workers, pin_memory=self.pin_memory,
+                                          generator=generator)
         return DataLoader(
             self.task.datasets[split],
             batch_size=self.micro_batch if train else self.eval_batch,
@@ -69,9 +70,8 @@ class ResumableDataModule(TaskDataModule):
             sampler=sampler,
             drop_last=False,
             collate_fn=self.task.collate,
-            num_workers=self.num_workers,
-            persistent_workers=self.num_workers > 0,
             generator=generator,
+            **loader_options(self.num_workers, self.pin_memory),
         )
 
     def state_dict(self) -> dict[str, Any]:

@@ -11,6 +11,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
+from attnlab.results.record import CHECKPOINTS_DIR
 from attnlab.training.checkpointing import (
     CheckpointError,
     checkpoint_step,
@@ -29,7 +30,7 @@ log = logging.getLogger("attnlab")
 def select_checkpoint(cfg: DictConfig, run_dir: Path) -> tuple[Path, dict[str, Any]] | None:
     """The checkpoint this run resumes from: ``ckpt_path`` if given, else (``resume=auto``) the newest
     complete one in the run folder, else None (a fresh start)."""
-    ckpt_dir = run_dir / "checkpoints"
+    ckpt_dir = run_dir / CHECKPOINTS_DIR
     if is_launch_rank_zero():  # the folder's owner tidies it; the other ranks read what is there
         remove_partial_files(ckpt_dir)
     if cfg.get("ckpt_path"):

@@ -4,9 +4,8 @@ the record.
 ``run`` tells that story; each step is done in the module that owns it: ``build.py`` (data, module, batching),
 ``describe.py`` (the first lines of ``train.log``), ``resume.py`` (which checkpoint a run starts from and which
 weights it tests), ``loggers_callbacks.py``, ``checkpointing.py``, ``stop_signals.py`` and ``records.py`` (the run
-record and its writers). ``cli/train.py`` is a thin Hydra entry point over ``run``. Tests, tools and ``cli/``
-import the builders and record writers (``build_module``, ``git_state``, ``write_failed_record``, ...) from here,
-as they did before run.py was split (issue 39), so the imports marked ``noqa: F401`` re-export them.
+record and its writers). ``cli/train.py`` is a thin Hydra entry point over ``run``. Import a builder or a record
+writer from the module that owns it; this one re-exports nothing.
 """
 
 from __future__ import annotations
@@ -17,6 +16,7 @@ import signal
 import sys
 import time
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,21 +24,14 @@ import lightning as L
 import torch
 from omegaconf import DictConfig
 
+from attnlab.results.record import CHECKPOINTS_DIR, OUTPUTS_DIR, RECORD_FILENAME, write_record
 from attnlab.tasks import DataError
-from attnlab.training.build import (  # noqa: F401
+from attnlab.training.build import (
     build_datamodule,
     build_module,
     build_task_data,
     check_splits_not_empty,
-    data_sizes,
-    decoding_config,
     derive_batching,
-    longest_example,
-    micro_batch_ceiling,
-    model_config,
-    run_flavours,
-    task_info,
-    token_budget,
 )
 from attnlab.training.checkpointing import (
     AtomicCheckpointIO,
@@ -53,8 +46,8 @@ from attnlab.training.checkpointing import (
 from attnlab.training.config import validate
 from attnlab.training.describe import describe_build, describe_config
 from attnlab.training.faults import NonFiniteGuard, checkpoint_bytes
-from attnlab.training.loggers_callbacks import build_callbacks, build_loggers, instantiate_own, one_line_of  # noqa: F401
-from attnlab.training.records import (  # noqa: F401
+from attnlab.training.loggers_callbacks import build_callbacks, build_loggers
+from attnlab.training.records import (
     RunClock,
     _completed_twin,
     _record,
@@ -62,22 +55,14 @@ from attnlab.training.records import (  # noqa: F401
     _stopped_before_training,
     _storage_errors,
     _write_interrupted_record,
-    collect_metrics,
-    git_state,
-    mfu_summary,
-    peak_memory_mb,
-    write_config_record,
-    write_failed_record,
 )
 from attnlab.training.resume import load_test_weights, select_checkpoint
-from attnlab.training.scale import apply_scale  # noqa: F401 - re-exported: run, eval and tests apply it here
+from attnlab.training.scale import apply_scale
 from attnlab.training.stop_signals import Interrupted, RunSignals, StoppedBySignal, signals_deferred
 from attnlab.training.storage import check_free_space, check_writable, storage_failure
 from attnlab.training.wandb_run import finish_wandb, publish_to_wandb, wandb_run_id, wants_wandb
 
 log = logging.getLogger("attnlab")
-
-OUTPUTS_DIR = "outputs"  # decoded test outputs beside results.json (training/outputs.py)
 
 
 def build_trainer(cfg: DictConfig, run_dir: Path, *, callbacks: list, loggers: list,
@@ -136,9 +121,6 @@ def progress_bar_wanted(asked: bool) -> bool:
 
 
 # -- the run -----------------------------------------------------------------------------------------
-# How a run restarts is not what it computes (ckpt_path is excluded already); recording attention weights
-# reads the trained model after training, so turning it on changes no number (and no existing hash).
-# Where the user's own code is found (plugins) is not what it computes: the names it registers are hashed.
 def run(cfg: DictConfig, *, run_dir: str | os.PathLike | None = None, command: str | None = None,
         cli_overrides: list[str] | tuple[str, ...] = ()) -> dict[str, Any]:
     """Train and evaluate one configuration; write and return its run record (``results.json``).
@@ -171,51 +153,81 @@ def _train_and_test(cfg: DictConfig, run_dir: Path, command: str | None, started
     """``run`` in its folder: prepare, fit, test, record."""
     try:
         with signals.raising("while preparing the run (data, tokenizer, model)"):
-            L.seed_everything(int(cfg.seed), workers=True, verbose=False)
-            if cfg.hardware.matmul_precision:
-                torch.set_float32_matmul_precision(cfg.hardware.matmul_precision)
-            if cfg.hardware.get("torch_threads"):
-                # Parallel sweeps give each job cores/jobs threads, so jobs x threads never exceeds the cores.
-                torch.set_num_threads(int(cfg.hardware.torch_threads))
-
-            describe_config(cfg, run_dir)
-            task = build_task_data(cfg)
-            check_splits_not_empty(task)
-            module = build_module(cfg, task)
-            describe_build(cfg, task, module)
-            resume = select_checkpoint(cfg, run_dir)
-            resume_path, resume_ckpt = resume if resume else (None, None)
-            if resume_path is not None:
-                given = f"ckpt_path={resume_path}" if cfg.get("ckpt_path") else f"the run's checkpoint {resume_path}"
-                check_weights_fit(module, model_weights(resume_ckpt, resume_path), given)
-                log.info("resuming from %s (step %d)", resume_path, checkpoint_step(resume_ckpt))
-            elif cfg.get("init_from"):
-                init_weights_from(module, cfg.init_from)
-                log.info("initialised weights from %s (optimizer, schedule and counters start afresh)",
-                         cfg.init_from)
-            callbacks = build_callbacks(cfg, run_dir)
-            last = next((c for c in callbacks if isinstance(c, LastCheckpoint)), None)
-            if last is not None:  # last + top-k + one being written
-                kept = 2 + int(cfg.callbacks.checkpoint.save_top_k or 0)
-                check_free_space(run_dir, kept * checkpoint_bytes(module))
-            else:
-                check_free_space(run_dir, 1 << 20)
-            wandb_id = wandb_run_id(run_dir, resume_ckpt) if wants_wandb(cfg) else None
-            if last is not None:
-                last.wandb_run_id = wandb_id
-                last.run_signals = signals
-            module.nonfinite_guard = next(c for c in callbacks if isinstance(c, NonFiniteGuard))
-            datamodule = build_datamodule(cfg, task)
-            loggers = build_loggers(cfg, run_dir, resume_ckpt=resume_ckpt, wandb_id=wandb_id)
-            del resume_ckpt  # Lightning reads the file again; do not hold two copies of the weights
-            trainer = build_trainer(cfg, run_dir, callbacks=callbacks, loggers=loggers, max_len=task.max_len)
-            # Lightning cannot see that ResumableDataModule restores the data position, and warns that it
-            # does not.
-            warnings.filterwarnings("ignore", message=".*your dataloader is not resumable.*")
-            # nan_policy=skip returns None from training_step on purpose (Lightning then skips the update).
-            warnings.filterwarnings("ignore", message=".*`training_step` returned `None`.*")
+            prepared = _prepare(cfg, run_dir, signals)
     except (StoppedBySignal, KeyboardInterrupt) as exc:
         raise _stopped_before_training(cfg, run_dir, command, exc) from None
+    tested = _fit_and_test(cfg, run_dir, command, started, asked_hash, signals, prepared)
+    return _record_completed(cfg, run_dir, command, started, asked_hash, prepared, tested)
+
+
+@dataclass
+class _Prepared:
+    """What the preparation hands to fitting, testing and the record."""
+
+    task: Any  # the TaskData
+    module: L.LightningModule
+    callbacks: list
+    last: LastCheckpoint | None
+    datamodule: L.LightningDataModule
+    loggers: list
+    trainer: L.Trainer
+    resume_path: str | None
+
+
+def _prepare(cfg: DictConfig, run_dir: Path, signals: RunSignals) -> _Prepared:
+    """Seeds and threads, the task, the module (resumed or initialised), callbacks, loggers and the trainer."""
+    L.seed_everything(int(cfg.seed), workers=True, verbose=False)
+    if cfg.hardware.matmul_precision:
+        torch.set_float32_matmul_precision(cfg.hardware.matmul_precision)
+    if cfg.hardware.get("torch_threads"):
+        # Parallel sweeps give each job cores/jobs threads, so jobs x threads never exceeds the cores.
+        torch.set_num_threads(int(cfg.hardware.torch_threads))
+
+    describe_config(cfg, run_dir)
+    task = build_task_data(cfg)
+    check_splits_not_empty(task)
+    module = build_module(cfg, task)
+    describe_build(cfg, task, module)
+    resume = select_checkpoint(cfg, run_dir)
+    resume_path, resume_ckpt = resume if resume else (None, None)
+    if resume_path is not None:
+        given = f"ckpt_path={resume_path}" if cfg.get("ckpt_path") else f"the run's checkpoint {resume_path}"
+        check_weights_fit(module, model_weights(resume_ckpt, resume_path), given)
+        log.info("resuming from %s (step %d)", resume_path, checkpoint_step(resume_ckpt))
+    elif cfg.get("init_from"):
+        init_weights_from(module, cfg.init_from)
+        log.info("initialised weights from %s (optimizer, schedule and counters start afresh)",
+                 cfg.init_from)
+    callbacks = build_callbacks(cfg, run_dir)
+    last = next((c for c in callbacks if isinstance(c, LastCheckpoint)), None)
+    if last is not None:  # last + top-k + one being written
+        kept = 2 + int(cfg.callbacks.checkpoint.save_top_k or 0)
+        check_free_space(run_dir, kept * checkpoint_bytes(module))
+    else:
+        check_free_space(run_dir, 1 << 20)
+    wandb_id = wandb_run_id(run_dir, resume_ckpt) if wants_wandb(cfg) else None
+    if last is not None:
+        last.wandb_run_id = wandb_id
+        last.run_signals = signals
+    module.nonfinite_guard = next(c for c in callbacks if isinstance(c, NonFiniteGuard))
+    datamodule = build_datamodule(cfg, task)
+    loggers = build_loggers(cfg, run_dir, resume_ckpt=resume_ckpt, wandb_id=wandb_id)
+    del resume_ckpt  # Lightning reads the file again; do not hold two copies of the weights
+    trainer = build_trainer(cfg, run_dir, callbacks=callbacks, loggers=loggers, max_len=task.max_len)
+    # Lightning cannot see that ResumableDataModule restores the data position, and warns that it
+    # does not.
+    warnings.filterwarnings("ignore", message=".*your dataloader is not resumable.*")
+    # nan_policy=skip returns None from training_step on purpose (Lightning then skips the update).
+    warnings.filterwarnings("ignore", message=".*`training_step` returned `None`.*")
+    return _Prepared(task, module, callbacks, last, datamodule, loggers, trainer, resume_path)
+
+
+def _fit_and_test(cfg: DictConfig, run_dir: Path, command: str | None, started: RunClock, asked_hash: str | None,
+                  signals: RunSignals, prepared: _Prepared) -> dict[str, Any]:
+    """Fit, then test the weights ``resume.load_test_weights`` picks; what was tested. A stop on the way writes
+    the interrupted record and raises."""
+    task, module, callbacks, last = prepared.task, prepared.module, prepared.callbacks, prepared.last
+    trainer, datamodule, resume_path = prepared.trainer, prepared.datamodule, prepared.resume_path
     try:
         trainer.fit(module, datamodule=datamodule, ckpt_path=resume_path, weights_only=True)
         tested = load_test_weights(cfg, module, callbacks, trainer.global_step)
@@ -237,7 +249,7 @@ def _train_and_test(cfg: DictConfig, run_dir: Path, command: str | None, started
         # KeyboardInterrupt. Either way the run stops, and its record says so.
         if isinstance(exc, KeyboardInterrupt) or (trainer.interrupted and not isinstance(exc, SIGTERMException)):
             with signals_deferred():  # a further Ctrl-C may not cut the search or the record short
-                found = find_resume_checkpoint(run_dir / "checkpoints")  # what a rerun resumes from
+                found = find_resume_checkpoint(run_dir / CHECKPOINTS_DIR)  # what a rerun resumes from
                 interrupted = Interrupted(trainer.global_step, str(found[0]) if found else None)
                 _write_interrupted_record(cfg, run_dir, command, trainer, module, callbacks, task, started,
                                           interrupted, asked_hash)
@@ -251,6 +263,14 @@ def _train_and_test(cfg: DictConfig, run_dir: Path, command: str | None, started
                                   asked_hash)
         raise preempted from None
 
+    return tested
+
+
+def _record_completed(cfg: DictConfig, run_dir: Path, command: str | None, started: RunClock, asked_hash: str | None,
+                      prepared: _Prepared, tested: dict[str, Any]) -> dict[str, Any]:
+    """The completed run's record, written with its decoded outputs (and published to W&B when asked)."""
+    task, module, callbacks, loggers = prepared.task, prepared.module, prepared.callbacks, prepared.loggers
+    trainer, resume_path = prepared.trainer, prepared.resume_path
     if trainer.global_step == 0 and not cfg.trainer.fast_dev_run:
         raise DataError("the run trained 0 steps (no training batch was drawn); it is not recorded as completed: "
                         "check the training split and trainer.limit_train_batches")
@@ -261,7 +281,6 @@ def _train_and_test(cfg: DictConfig, run_dir: Path, command: str | None, started
     if resume_path is not None:
         record["extra"]["resumed_from"] = str(Path(resume_path).resolve())
     if trainer.is_global_zero:
-        from attnlab.results.record import RECORD_FILENAME, write_record
         from attnlab.training.outputs import write_decoded_outputs
 
         with _storage_errors(run_dir), signals_deferred():

@@ -138,6 +138,32 @@ def _gather_blocks(t: torch.Tensor, index: torch.Tensor, block_size: int) -> tor
     return tb[:, heads, index].reshape(b, h, r, kk * block_size, d)
 
 
+def _row_keys_allowed(
+    plan: BlockSparsePlan,
+    idx: torch.Tensor,
+    valid: torch.Tensor,
+    q_pos: torch.Tensor,
+    key_padding_mask: torch.Tensor | None,
+) -> torch.Tensor:
+    """Which gathered keys (``_gather_blocks(., idx)``) the queries of each row may see: (B|1, P, R, Q|1, K*bs).
+
+    idx, valid (P, R, K): the rows' key blocks and which are not filler; q_pos (R, Q, 1): the queries' absolute
+    positions, used only by a causal plan (``key position <= query position``); padded keys are never seen."""
+    bs = plan.block_size
+    ph, r, kk = idx.shape
+    offs = torch.arange(bs, device=idx.device)
+    allowed = valid[:, :, None, :, None].expand(ph, r, 1, kk, bs).reshape(ph, r, 1, kk * bs)
+    if plan.causal:
+        k_pos = (idx[:, :, :, None] * bs + offs).reshape(ph, r, 1, kk * bs)
+        allowed = allowed & (k_pos <= q_pos)
+    allowed = allowed[None]
+    if key_padding_mask is not None:
+        b = key_padding_mask.shape[0]
+        pad = key_padding_mask.view(b, plan.num_blocks, bs)[:, idx].reshape(b, ph, r, 1, kk * bs)
+        allowed = allowed & ~pad
+    return allowed
+
+
 def check_plan_heads(plan: BlockSparsePlan, heads: int) -> None:
     if plan.plan_heads not in (1, heads):
         raise ValueError(f"a plan with {plan.plan_heads} head plans cannot serve {heads} heads (needs 1 or {heads})")
@@ -174,16 +200,8 @@ def blocksparse_attention(
     rows = plan.row_blocks
     if rows.numel():
         idx = plan.key_blocks  # (P, R, K)
-        ph, r, kk = idx.shape
-        allowed = plan.key_valid[:, :, None, :, None].expand(ph, r, 1, kk, bs).reshape(ph, r, 1, kk * bs)
-        if plan.causal:
-            q_pos = (rows[:, None] * bs + offs)[:, :, None]  # (R, bs, 1)
-            k_pos = (idx[:, :, :, None] * bs + offs).reshape(ph, r, 1, kk * bs)
-            allowed = allowed & (k_pos <= q_pos)
-        allowed = allowed[None]  # (1, P, R, bs|1, K*bs)
-        if key_padding_mask is not None:
-            pad = key_padding_mask.view(b, nb, bs)[:, idx].reshape(b, ph, r, 1, kk * bs)
-            allowed = allowed & ~pad
+        q_pos = (rows[:, None] * bs + offs)[:, :, None]  # (R, bs, 1)
+        allowed = _row_keys_allowed(plan, idx, plan.key_valid, q_pos, key_padding_mask)
         p = gathered_probs(qb[:, :, rows], _gather_blocks(k, idx, bs), allowed, scale, extra_k)
         out = out.index_copy(2, rows, apply_gathered(p, _gather_blocks(v, idx, bs), extra_v))
         if weights is not None:
@@ -231,6 +249,7 @@ def blocksparse_attention_at(
     q (B, H, n, Dh) at ``positions`` (n,); k, v (B, H, nb*bs, Dh) hold every key so far, padded to the
     plan's blocks, with the block padding marked in ``key_padding_mask``. Every query block must be a
     sparse row of the plan (true for causal plans, whose global rows only see the leading globals).
+    The keyword arguments are ``blocksparse_attention``'s, spelled out so that each entry point reads alone.
     Returns (B, H, n, Dh).
     """
     b, h, n, d = q.shape
@@ -243,17 +262,8 @@ def blocksparse_attention_at(
     if bool((rows < 0).any()):
         raise ValueError("a query position falls in a dense row of the plan; decode with a causal plan")
     check_plan_heads(plan, h)
-    idx = plan.key_blocks[:, rows]  # (P, n, K)
-    ph, _, kk = idx.shape
-    offs = torch.arange(bs, device=dev)
-    allowed = plan.key_valid[:, rows][:, :, :, None].expand(ph, n, kk, bs).reshape(ph, n, 1, kk * bs)
-    if plan.causal:
-        k_pos = (idx[:, :, :, None] * bs + offs).reshape(ph, n, 1, kk * bs)
-        allowed = allowed & (k_pos <= positions[:, None, None])
-    allowed = allowed[None]  # (1, P, n, 1, K*bs)
-    if key_padding_mask is not None:
-        pad = key_padding_mask.view(b, plan.num_blocks, bs)[:, idx].reshape(b, ph, n, 1, kk * bs)
-        allowed = allowed & ~pad
+    idx = plan.key_blocks[:, rows]  # (P, n, K): each query is a row of its own
+    allowed = _row_keys_allowed(plan, idx, plan.key_valid[:, rows], positions[:, None, None], key_padding_mask)
     o = attend_gathered(
         q[:, :, :, None], _gather_blocks(k, idx, bs), _gather_blocks(v, idx, bs), allowed, scale,
         extra_k, extra_v,

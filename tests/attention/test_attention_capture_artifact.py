@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from attnlab.training.attention_record import FILENAME, LINEAR_BINS, LOG10_BINS, check_weights_hist
+from attnlab.training.attention_capture import FILENAME, LINEAR_BINS, LOG10_BINS, check_weights_hist
 from attnlab.training.config import ConfigError
 from attnlab.training.run import run
 from tests.conftest import TINY, TINY_ALGO, compose
@@ -43,14 +43,14 @@ def test_record_attention_writes_a_small_valid_histogram_file(tmp_path, override
         assert entry["mean_row_max"] >= 1 / entry["mean_keys_per_row"] - 1e-6
 
 
-def test_recording_is_off_by_default_and_leaves_the_config_hash_alone(tmp_path):
+def test_capture_is_off_by_default_and_leaves_the_config_hash_alone(tmp_path):
     off = run(compose(FDR, run_dir=tmp_path / "off"), run_dir=tmp_path / "off", command="pytest")
     assert not (tmp_path / "off" / "attention").exists()
     on = run(compose([*FDR, "callbacks.record_attention=true"], run_dir=tmp_path / "on"), run_dir=tmp_path / "on",
              command="pytest")
     assert (tmp_path / "on" / FILENAME).is_file()
     assert on["config_hash"] == off["config_hash"]
-    assert on["metrics"]["final"] == off["metrics"]["final"]  # recording changes no number
+    assert on["metrics"]["final"] == off["metrics"]["final"]  # the capture changes no number
 
 
 def test_bad_record_attention_settings_are_refused(tmp_path):

@@ -1,16 +1,17 @@
-"""Attention-weight histograms of a trained model: ``<run>/attention/weights_hist.json`` (Synthesizer Figure 2).
+"""Attention capture at the end of training: attention-weight histograms of the trained model,
+``<run>/attention/weights_hist.json`` (Synthesizer Figure 2).
 
-With ``callbacks.record_attention=true``, when training ends the model reads a fixed sample (the first
-``callbacks.record_attention_sample_size`` sequences of the first validation batch, the batch the ponder
-statistics use) under ``attnlab.attention.recording.record_attention_weights``, and every self-attention
-layer's post-softmax weights are reduced to fixed-edge histograms and row statistics as soon as the layer
-has run, so at most one layer's weights exist at a time. The file is a few kilobytes; the notebook
+With ``callbacks.record_attention=true`` (the config key keeps its published name), when training ends the
+model reads a fixed sample (the first ``callbacks.record_attention_sample_size`` sequences of the first validation
+batch, the batch the ponder statistics use) under ``attnlab.attention.capture.capture_attention_weights``, and
+every self-attention layer's post-softmax weights are reduced to fixed-edge histograms and row statistics as soon
+as the layer has run, so at most one layer's weights exist at a time. The file is a few kilobytes; the notebook
 ``notebooks/synthesizer_attention_histograms.ipynb`` draws it.
 
 Only real entries count: rows of padding queries are left out, and so are keys a query may not attend
 (padding, the future in a causal layer, keys outside BigBird's block plan). Counting is done on the
 module's own outputs, so the file describes what the trained model computes, not a re-derivation.
-The recording runs in eval mode with the RNG state restored afterwards, so the run's numbers (and its
+The capture runs in eval mode with the RNG state restored afterwards, so the run's numbers (and its
 config hash, see ``results.record.DEFAULT_HASH_EXCLUDE``) are the same with and without it.
 """
 
@@ -24,12 +25,13 @@ from typing import Any
 import lightning as L
 import torch
 
-from attnlab.attention.recording import AttentionWeights, record_attention_weights
+from attnlab.attention.capture import AttentionWeights, capture_attention_weights
+from attnlab.results.record import ATTENTION_DIR
 
 log = logging.getLogger(__name__)
 
 FORMAT = "attnlab.attention_weights_hist/1"
-FILENAME = Path("attention") / "weights_hist.json"
+FILENAME = Path(ATTENTION_DIR) / "weights_hist.json"
 LINEAR_BINS = 50  # equal bins on [0, 1]; the last bin includes 1
 LOG10_BINS = 40  # equal bins on log10(weight) in [LOG10_MIN, 0]
 LOG10_MIN = -8.0  # weights below 10**LOG10_MIN (exact zeros included) are counted apart, as "below"
@@ -49,17 +51,17 @@ def _stack_of(name: str) -> str:
     return next((p for p in parts if p in ("encoder", "decoder")), parts[0] or "model")
 
 
-def summarize(record: AttentionWeights, layer: int) -> dict[str, Any]:
+def summarize(capture: AttentionWeights, layer: int) -> dict[str, Any]:
     """One layer's entry of the file: histograms of the weights over real allowed entries, row statistics."""
     entry: dict[str, Any] = {
-        "stack": _stack_of(record.name), "layer": layer, "module": record.name, "call": record.call,
-        "variant": record.variant, "causal": record.causal, "layout": record.layout,
-        "available": record.available, "note": record.note,
+        "stack": _stack_of(capture.name), "layer": layer, "module": capture.name, "call": capture.call,
+        "variant": capture.variant, "causal": capture.causal, "layout": capture.layout,
+        "available": capture.available, "note": capture.note,
     }
-    if not record.available:
+    if not capture.available:
         return entry
-    weights = record.allowed_entries().float().clamp(0.0, 1.0)
-    stats = record.row_statistics()
+    weights = capture.allowed_entries().float().clamp(0.0, 1.0)
+    stats = capture.row_statistics()
     linear = torch.histc(weights, bins=LINEAR_BINS, min=0.0, max=1.0) if weights.numel() else torch.zeros(LINEAR_BINS)
     visible = weights[weights >= 10**LOG10_MIN]
     logs = torch.histc(visible.log10(), bins=LOG10_BINS, min=LOG10_MIN, max=0.0) if visible.numel() else (
@@ -84,7 +86,7 @@ def summarize(record: AttentionWeights, layer: int) -> dict[str, Any]:
 
 
 def attention_histograms(model: torch.nn.Module, forward) -> list[dict[str, Any]]:
-    """Run ``forward()`` with ``model``'s self-attention weights recorded; one summary per layer call.
+    """Run ``forward()`` with ``model``'s self-attention weights captured; one summary per layer call.
 
     ``layer`` counts the calls within a stack in order: the layer index of a stacked model, the step of a
     Universal Transformer's shared layer.
@@ -92,12 +94,12 @@ def attention_histograms(model: torch.nn.Module, forward) -> list[dict[str, Any]
     layers: list[dict[str, Any]] = []
     seen: dict[str, int] = {}
 
-    def reduce(record: AttentionWeights) -> None:
-        stack = _stack_of(record.name)
-        layers.append(summarize(record, seen.get(stack, 0)))
+    def reduce(capture: AttentionWeights) -> None:
+        stack = _stack_of(capture.name)
+        layers.append(summarize(capture, seen.get(stack, 0)))
         seen[stack] = seen.get(stack, 0) + 1
 
-    with record_attention_weights(model, sink=reduce):
+    with capture_attention_weights(model, sink=reduce):
         forward()
     return layers
 
@@ -155,7 +157,7 @@ class AttentionWeightsHistogram(L.Callback):
         try:
             self.write(trainer, pl_module)
         except Exception as exc:  # noqa: BLE001 - an analysis artifact must not fail a finished training
-            log.warning("attention weights not recorded: %s: %s", exc.__class__.__name__,
+            log.warning("attention weights not captured: %s: %s", exc.__class__.__name__,
                         str(exc).splitlines()[0] if str(exc) else "")
 
     def write(self, trainer, pl_module) -> Path:

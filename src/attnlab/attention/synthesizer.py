@@ -28,8 +28,8 @@ from torch import nn
 
 from attnlab.attention._cache import append_padding, append_to_cache
 from attnlab.attention.base import Attention, AttentionError, Cache, Capabilities
+from attnlab.attention.capture import emit_dense
 from attnlab.attention.masks import build_allowed_mask, mask_logits
-from attnlab.attention.recording import emit_dense
 from attnlab.attention.seeding import layer_seed
 
 SYNTH_FNS = ("dense", "linear", "conv3", "conv5", "bottleneck", "glu")
@@ -312,25 +312,9 @@ def build_component(name: str, module: Attention, options) -> SynthComponent:
 class SynthesizerAttention(Attention):
     """Synthesized attention: softmax(mask(sum_c w_c B_c)) V (Tay et al. 2020, eq. 1-9).
 
-    Decisions (design decisions 1-9, docs/design_decisions.md):
-    1. Dense F maps d -> l_max = ``max_len`` and R is l_max x l_max per head; both are sliced to the
-       actual lengths. Column j is absolute key position j, so only right padding is supported (the
-       attnlab convention); a sequence longer than max_len raises AttentionError.
-    2. Key padding and the causal mask are applied to the (mixed) synthesized logits before softmax,
-       with the dtype's minimum (``mask_logits``), for every component including the pure ones.
-    3. Incremental decoding uses the rows of the current absolute positions (``cache["length"]``).
-    4. Self-attention only (``capabilities.cross=False``): cross-attention stays dot-product.
-    5. No Q/K projections: only a value projection G and the output projection, so parameter counts
-       follow Table 1. Trainable R is an ``nn.Parameter`` per head; fixed R a seeded persistent buffer,
-       drawn per layer from (run seed, layer) inside a network (``RandomLogits``).
-    6. Factorized random is R1 R2^T, input independent, k = 8 by default.
-    7. Factorized dense tiling: C_j = A_{j mod a} * B_{j // a} (see ``FactorizedDenseLogits``).
-    8. Mixtures add weighted logits before softmax, masks after mixing. Weights are the paper's convex
-       weights softmax(alpha) (sum to 1, alpha learnable and initialised to log(weights), uniform by
-       default), not Mesh's independent sigmoid(alpha). ``learn_weights=false`` freezes them as given
-       (normalised to sum 1, zeros allowed): weights [0, 1] on (x, vanilla) reproduce ``vanilla``.
-    9. The dense F is chosen by ``synthesizer_fn`` (Table 7): dense, linear, conv3, conv5, bottleneck, glu.
-    Attention dropout is applied to the probabilities, as in ``vanilla``.
+    Design decisions 1-9 (docs/design_decisions.md#synthesizer): slicing to the actual lengths, masking the
+    mixed logits, decoding rows, self-attention only, no Q/K projections, the factorized forms, convex mixture
+    weights and Table 7's functions.
     """
 
     capabilities = Capabilities(causal=True, cross=False, incremental=True, bounded_length=True)
@@ -424,7 +408,7 @@ class SynthesizerAttention(Attention):
         )
         logits = mask_logits(logits.expand(b, self.num_heads, n, total), allowed)
         probs = torch.softmax(logits, dim=-1)
-        if self.recording_weights and cache is None:
+        if self.capturing_weights and cache is None:
             emit_dense(self, probs, allowed, key_padding_mask)  # a mixture's weights: softmax of the mix
         probs = F.dropout(probs, p=self.dropout, training=self.training)
         return self.out_proj(self.merge_heads(probs @ v))

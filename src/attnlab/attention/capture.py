@@ -1,22 +1,23 @@
-"""Recording the attention probabilities of every self-attention module (Synthesizer paper, Figure 2).
+"""Attention capture: the attention probabilities (attention maps) of every self-attention module, taken while
+a model runs (Synthesizer paper, Figure 2).
 
-    with record_attention_weights(model) as records:
+    with capture_attention_weights(model) as captured:
         model(batch)
-    weights, allowed = records[0].dense()      # (B, H, Lq, Lk) post-mask softmax, (B, 1|H, Lq, Lk) bool
+    weights, allowed = captured[0].dense()      # (B, H, Lq, Lk) post-mask softmax, (B, 1|H, Lq, Lk) bool
 
 Outside this context manager no module computes anything extra: each variant checks one attribute
-(``recording_weights``) and otherwise keeps its fused path (SDPA, the blocked BigBird kernel). Inside
+(``capturing_weights``) and otherwise keeps its fused path (SDPA, the blocked BigBird kernel). Inside
 it, every self-attention forward without a decoding cache also computes its post-softmax, post-mask
-weights explicitly and hands them over as an ``AttentionWeights`` record. Cross-attention and
-incremental (cached) steps are not recorded: the figure is about self-attention over whole sequences.
+weights explicitly and hands them over as one ``AttentionWeights`` capture. Cross-attention and
+incremental (cached) steps are not captured: the figure is about self-attention over whole sequences.
 
 Part of the registry contract (tests/attention/test_registry_contract.py): for every variant the
-recorded weights are row-stochastic over the allowed keys, zero elsewhere, and ``weights @ V`` through
-the value and output projections gives the module's output. A variant that records nothing still
-yields a record, marked unavailable with the reason, so that test fails for it instead of passing by
+captured weights are row-stochastic over the allowed keys, zero elsewhere, and ``weights @ V`` through
+the value and output projections gives the module's output. A variant that captures nothing still
+yields a capture, marked unavailable with the reason, so that test fails for it instead of passing by
 omission.
 
-Records are stored in "parts" so that a block-sparse variant can hand over exactly the weights it
+Captures are stored in "parts" so that a block-sparse variant can hand over exactly the weights it
 computed without an L x L tensor: a part holds the probabilities of a set of query rows over their
 own list of key columns (``query_index``, ``key_index``). Dense variants have one part covering every
 row and column; ``dense()`` scatters the parts into the (B, H, Lq, Lk) matrix when one is wanted, and
@@ -61,13 +62,13 @@ class WeightPart:
 
 @dataclass
 class AttentionWeights:
-    """One recorded forward of one self-attention module.
+    """One captured forward of one self-attention module.
 
-    name: the module's path in the recorded model (``encoder.layers.0.self_attn``).
-    call: how many earlier forwards of this module the recording saw (the step of a shared UT layer).
+    name: the module's path in the captured model (``encoder.layers.0.self_attn``).
+    call: how many earlier forwards of this module the capture saw (the step of a shared UT layer).
     num_queries, num_keys: the size of the full matrix; ``extra_keys`` of the key columns come first and
         are not sequence positions (BigBird's ETC global tokens), the rest are positions 0..num_keys-extra-1.
-    note: why a record is unavailable, or what is special about it (BigBird's sparse path).
+    note: why a capture is unavailable, or what is special about it (BigBird's sparse path).
     """
 
     variant: str
@@ -91,7 +92,7 @@ class AttentionWeights:
         Materialises Lq x Lk per head: meant for tests and short sequences, not for BigBird at length 4k.
         """
         if not self.available:
-            raise ValueError(f"{self.name or self.variant}: no attention weights recorded ({self.note})")
+            raise ValueError(f"{self.name or self.variant}: no attention weights captured ({self.note})")
         if self.layout == "dense" and len(self.parts) == 1:
             part = self.parts[0]
             return part.probs, part.allowed.expand(part.probs.shape[0], -1, -1, -1)
@@ -156,7 +157,7 @@ def emit_dense(
     extra_keys: int = 0,
     note: str | None = None,
 ) -> None:
-    """Hand a self-attention's full (B, H, L, extra + L) probabilities to the active recording.
+    """Hand a self-attention's full (B, H, L, extra + L) probabilities to the active capture.
 
     ``allowed`` is the boolean mask the softmax used (None: every key), broadcastable to ``probs``;
     ``key_padding_mask`` (B, L) marks padding positions (queries and keys are the same sequence).
@@ -178,15 +179,15 @@ def emit_dense(
 
 
 @contextlib.contextmanager
-def record_attention_weights(model: nn.Module, sink: Sink | None = None) -> Iterator[list[AttentionWeights]]:
-    """Record the attention weights of every self-attention module of ``model`` while the block runs.
+def capture_attention_weights(model: nn.Module, sink: Sink | None = None) -> Iterator[list[AttentionWeights]]:
+    """Capture the attention weights of every self-attention module of ``model`` while the block runs.
 
-    Yields the list the records are appended to, in call order. With ``sink``, each record goes to
+    Yields the list the captures are appended to, in call order. With ``sink``, each capture goes to
     ``sink`` instead and is not kept (so a caller can reduce one layer to a histogram before the next
     layer's weights exist). Cross-attention modules and cached (incremental) forwards are skipped.
     """
-    records: list[AttentionWeights] = []
-    deliver = sink or records.append
+    captured: list[AttentionWeights] = []
+    deliver = sink or captured.append
     modules = [(name, m) for name, m in model.named_modules() if isinstance(m, Attention) and not m.is_cross]
     if isinstance(model, Attention) and not model.is_cross and not any(m is model for _, m in modules):
         modules.insert(0, ("", model))
@@ -195,10 +196,10 @@ def record_attention_weights(model: nn.Module, sink: Sink | None = None) -> Iter
     handles = []
 
     def sink_for(name: str, module: Attention) -> Sink:
-        def receive(record: AttentionWeights) -> None:
-            record.name, record.call = name, calls.get(id(module), 0)
+        def receive(capture: AttentionWeights) -> None:
+            capture.name, capture.call = name, calls.get(id(module), 0)
             emitted[id(module)] = True
-            deliver(record)
+            deliver(capture)
 
         return receive
 
@@ -209,10 +210,10 @@ def record_attention_weights(model: nn.Module, sink: Sink | None = None) -> Iter
         def hook(module, args, kwargs, output):
             cache = kwargs.get("cache", args[2] if len(args) > 2 else None)
             if cache is None and not emitted[id(module)]:
-                # The variant has no recording path: say so rather than leave a silent gap.
+                # The variant has no capture path: say so rather than leave a silent gap.
                 deliver(AttentionWeights(
                     variant=module.name, causal=module.causal, layout="unavailable", num_queries=0, num_keys=0,
-                    note=f"attention variant {module.name!r} does not record its weights", name=name,
+                    note=f"attention variant {module.name!r} does not capture its weights", name=name,
                     call=calls.get(id(module), 0),
                 ))
             calls[id(module)] = calls.get(id(module), 0) + 1
@@ -224,7 +225,7 @@ def record_attention_weights(model: nn.Module, sink: Sink | None = None) -> Iter
             module._weights_sink = sink_for(name, module)
             handles.append(module.register_forward_pre_hook(before, with_kwargs=True))
             handles.append(module.register_forward_hook(after(name), with_kwargs=True))
-        yield records
+        yield captured
     finally:
         for handle in handles:
             handle.remove()

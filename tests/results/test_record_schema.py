@@ -1,0 +1,200 @@
+"""The record schema is written once (results/record.py's dataclasses): the validation tables and the header every
+writer starts from are derived from it. These tests hold the derived forms to what they replaced (issue 40.1):
+the literal tables of schema version 1 and the dict literals each writer spelled out, compared field by field for
+the same inputs."""
+
+from __future__ import annotations
+
+import platform
+from pathlib import Path
+
+import pytest
+
+from attnlab.results import record as rec_mod
+
+# The validation tables of schema version 1 as they were written out by hand before they were derived.
+_INT, _NUM = (int,), (int, float)
+V1_TOP = {
+    "schema_version": (_INT, False), "status": ((str,), False), "error": ((str,), True),
+    "experiment": ((str,), True), "row": ((str,), True), "task": ((str,), False), "model": ((dict,), False),
+    "seed": (_INT, False), "scale": ((str,), False), "config_hash": ((str,), False), "git": ((dict,), False),
+    "hardware": ((dict,), False), "metrics": ((dict,), False), "params": ((dict,), False),
+    "cost": ((dict,), False), "metric_flavours": ((dict,), False), "wandb_run_id": ((str,), True),
+    "run_dir": ((str,), False), "command": ((str,), False), "created": ((str,), False),
+    "versions": ((dict,), False),
+}
+V1_NESTED = {
+    "model": {"name": ((str,), False), "attention": ((str,), False), "recurrence": ((str,), False)},
+    "git": {"commit": ((str,), True), "dirty": ((bool,), True)},
+    "hardware": {"name": ((str,), False), "accelerator": ((str,), False), "devices": ((int, str, list), False),
+                 "num_nodes": (_INT, False), "precision": ((str, int), False)},
+    "metrics": {"final": ((dict,), False), "best": ((dict,), False)},
+    "params": {"total": (_INT, True), "trainable": (_INT, True)},
+    "cost": {"wall_s": (_NUM, True), "tokens_per_s": (_NUM, True), "peak_mem_mb": (_NUM, True)},
+}
+V1_REQUIRED_WHEN_FAILED = {"schema_version", "status", "error", "run_dir", "command", "created", "metrics"}
+
+
+def test_validation_tables_are_derived_to_the_v1_tables():
+    # An annotation edited in a dataclass (float -> int, a dropped "| None") would change what every reader
+    # accepts; the order matters too: problems are listed, and shown, in it.
+    assert list(rec_mod._TOP.items()) == list(V1_TOP.items())
+    assert dict(rec_mod._OPTIONAL_TOP) == {"extra": ((dict,), False)}
+    derived = {k: list(v.items()) for k, v in rec_mod._NESTED.items()}
+    assert derived == {k: list(v.items()) for k, v in V1_NESTED.items()}
+    assert list(rec_mod._NESTED) == list(V1_NESTED)
+    assert rec_mod._REQUIRED_WHEN_FAILED_KEYS == V1_REQUIRED_WHEN_FAILED
+
+
+def test_header_has_every_schema_key_and_reads_the_config_keys():
+    header = rec_mod.record_header(lambda key: f"<{key}>", status="running", config_hash="ab",
+                                   git={"commit": "c", "dirty": False}, run_dir="/r", command="attnlab-train",
+                                   created="2025-01-01T00:00:00")
+    assert list(header) == list(V1_TOP)  # extra is optional and not added
+    for key, fields in V1_NESTED.items():
+        assert set(header[key]) == set(fields), key
+    assert header["model"] == {"name": "<model.name>", "attention": "<model.attention.name>",
+                               "recurrence": "<model.recurrence.name>"}
+    assert (header["experiment"], header["seed"], header["hardware"]["precision"]) == \
+        ("<experiment_name>", "<seed>", "<hardware.precision>")
+    assert header["metrics"] == {"final": {}, "best": {}}
+    assert header["cost"] == {"wall_s": None, "tokens_per_s": None, "peak_mem_mb": None}
+    assert header["schema_version"] == rec_mod.SCHEMA_VERSION and header["error"] is None
+    other = rec_mod.record_header(lambda key: None, status="running", config_hash="ab", git={}, run_dir="/r",
+                                  command="c", created="2025-01-01T00:00:00")
+    other["metrics"]["final"]["x/y"] = 1.0  # the defaults are fresh per record, not shared
+    assert header["metrics"]["final"] == {}
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The writers' dict literals before the header constructor, for the same inputs.
+
+
+def _old_record_from_wandb(summary, config, state, run_id, url):
+    from attnlab.cli.wandb_source import _STATE, _first
+    from attnlab.results.record import config_hash, sanitize_record
+
+    final = {k: v for k, v in summary.items() if "/" in k and not k.startswith(("_", "model/params/"))
+             and isinstance(v, (int, float)) and not isinstance(v, bool)}
+    status = _STATE.get(state, "failed")
+    plain_config = {k: v for k, v in config.items() if not k.startswith("_")}
+    record = {
+        "schema_version": 1, "status": status, "error": None if status != "failed" else f"wandb run state {state}",
+        "experiment": _first(config, "experiment_name", "experiment.name"),
+        "row": _first(config, "row", "experiment.row"),
+        "task": _first(config, "task.name") or "unknown",
+        "model": {"name": _first(config, "model.name") or "unknown",
+                  "attention": _first(config, "model.attention.name") or "unknown",
+                  "recurrence": _first(config, "model.recurrence.name") or "unknown"},
+        "seed": _first(config, "seed") if isinstance(_first(config, "seed"), int) else -1,
+        "scale": _first(config, "scale.name") or "cpu",
+        "config_hash": summary.get("config_hash") or config_hash(plain_config),
+        "git": {"commit": _first(config, "git.commit"), "dirty": _first(config, "git.dirty")},
+        "hardware": {
+            "name": _first(config, "hardware.name") or "unknown",
+            "accelerator": _first(config, "hardware.accelerator", "trainer.accelerator") or "unknown",
+            "devices": _first(config, "hardware.devices", "trainer.devices") or 1,
+            "num_nodes": _first(config, "hardware.num_nodes", "trainer.num_nodes") or 1,
+            "precision": _first(config, "hardware.precision", "trainer.precision") or "32-true",
+        },
+        "metrics": {"final": final, "best": {}},
+        "params": {"total": summary.get("model/params/total"), "trainable": summary.get("model/params/trainable")},
+        "cost": {"wall_s": summary.get("_runtime"), "tokens_per_s": summary.get("perf/tokens_per_s"),
+                 "peak_mem_mb": summary.get("perf/peak_mem_mb")},
+        "metric_flavours": {}, "wandb_run_id": run_id, "run_dir": url, "command": f"(wandb run {url})",
+        "created": summary.get("created") or "1970-01-01T00:00:00", "versions": {},
+    }
+    return sanitize_record(record)
+
+
+WANDB_CASES = [
+    ({"test/seq_acc": 0.5, "val/loss": float("nan"), "_runtime": 12.5, "model/params/total": 10,
+      "model/params/trainable": 9, "perf/tokens_per_s": 100.0, "created": "2025-06-01T12:00:00", "flag/x": True},
+     {"experiment_name": "ut/table1", "row": "UT", "task": {"name": "algo/copy"}, "seed": 3,
+      "model": {"name": "ut", "attention": {"name": "vanilla"}, "recurrence": {"name": "act"}},
+      "scale": {"name": "gpu"}, "git": {"commit": "abc", "dirty": True},
+      "hardware": {"name": "gpu1", "accelerator": "gpu", "devices": [0, 1], "num_nodes": 2, "precision": 32}},
+     "finished"),
+    ({}, {}, "crashed"),  # nothing known: every default
+    ({"config_hash": "ff"},  # an older run: the trainer's arguments, experiment as a group
+     {"experiment": {"name": "e", "row": "r"}, "seed": "7", "_wandb": {"x": 1},
+      "trainer": {"accelerator": "cpu", "devices": 0, "num_nodes": 1, "precision": "bf16-mixed"}}, "running"),
+    ({}, {"seed": 0, "scale": {"name": ""}, "hardware": {"devices": "auto"}}, "killed"),
+]
+
+
+@pytest.mark.parametrize(("summary", "config", "state"), WANDB_CASES)
+def test_wandb_record_equals_the_old_literal(summary, config, state):
+    from attnlab.cli.wandb_source import record_from_wandb
+
+    new = record_from_wandb(summary, config, state, "run1", "https://wandb.ai/e/p/runs/run1")
+    old = _old_record_from_wandb(summary, config, state, "run1", "https://wandb.ai/e/p/runs/run1")
+    assert new == old
+    assert list(new) == list(V1_TOP)  # and no key added or lost
+
+
+def _old_config_record(cfg, run_dir, command, *, status, error=None, extra=None, git, config_hash, created):
+    """write_config_record's literal, as written before the header constructor (git, hash and time given)."""
+    import torch
+    from omegaconf import OmegaConf
+
+    import attnlab
+
+    def pick(dotted):
+        try:
+            return OmegaConf.select(cfg, dotted)
+        except Exception:  # noqa: BLE001
+            return None
+
+    record = {
+        "schema_version": 1, "status": status, "error": error, "experiment": pick("experiment_name"),
+        "row": pick("row"), "task": pick("task.name"),
+        "model": {"name": pick("model.name"), "attention": pick("model.attention.name"),
+                  "recurrence": pick("model.recurrence.name")},
+        "seed": pick("seed"), "scale": pick("scale.name"), "git": git, "config_hash": config_hash,
+        "hardware": {"name": pick("hardware.name"), "accelerator": pick("hardware.accelerator"),
+                     "devices": pick("hardware.devices"), "num_nodes": pick("hardware.num_nodes"),
+                     "precision": str(pick("hardware.precision"))},
+        "metrics": {"final": {}, "best": {}}, "params": {"total": None, "trainable": None},
+        "cost": {"wall_s": None, "tokens_per_s": None, "peak_mem_mb": None}, "metric_flavours": {},
+        "wandb_run_id": None, "run_dir": str(Path(run_dir).resolve()), "command": command, "created": created,
+        "versions": {"python": platform.python_version(), "torch": torch.__version__, "attnlab": attnlab.__version__},
+    }
+    if extra:
+        record["extra"] = extra
+    return record
+
+
+def _broken_config():
+    from omegaconf import OmegaConf
+
+    # a misspelled interpolation and missing groups: what a failure before validation can leave
+    return OmegaConf.create({"seed": 5, "task": {"name": "${nope.missing}"}, "model": {"name": "m"},
+                             "paths": {"runs_dir": "runs"}})
+
+
+STOPPED = {"interrupted": {"signal": "SIGINT", "step": 0, "checkpoint": None, "resume_with": "attnlab-train",
+                           "phase": "before training"}}
+
+
+@pytest.mark.parametrize(("which", "status", "error", "extra"), [
+    ("composed", "failed", "ConfigError: seed=-1 must be an integer", None),
+    ("composed", "interrupted", None, STOPPED),
+    ("broken", "failed", "InterpolationKeyError: nope.missing", None),  # only a failed record may be this empty
+])
+def test_config_record_equals_the_old_literal(tmp_path, monkeypatch, which, status, error, extra):
+    from attnlab.training import records
+    from tests.conftest import compose
+
+    cfg = compose(["experiment=demo/copy"], run_dir=tmp_path) if which == "composed" else _broken_config()
+    git = {"commit": "0" * 40, "dirty": False}
+    monkeypatch.setattr(records, "git_state", lambda: dict(git))
+    monkeypatch.setattr(records.time, "strftime", lambda fmt: "2025-06-01T12:00:00+0000")
+    assert records.write_config_record(cfg, tmp_path / "run", "attnlab-train x=1", status=status, error=error,
+                                       extra=extra)
+    written = rec_mod.read_record(tmp_path / "run" / rec_mod.RECORD_FILENAME)
+    old = _old_config_record(cfg, tmp_path / "run", "attnlab-train x=1", status=status, error=error, extra=extra,
+                             git=git, config_hash=records._safe_hash(cfg), created="2025-06-01T12:00:00+0000")
+    assert written == rec_mod.sanitize_record(old)
+    if which == "broken":
+        assert written["task"] is None and written["hardware"]["precision"] == "None"
