@@ -1,8 +1,10 @@
 """Subword / word / character tokenizers (HF ``tokenizers``) trained on a task's training text, cached on disk.
 
-Every tokenizer puts the shared specials first (``<pad>=0, <s>=1, </s>=2, <unk>=3``, tasks/vocab.py). BPE and
-WordPiece use a Metaspace pre-tokenizer and decoder (SentencePiece style), so decoding gives back the
-original spacing: hypotheses are scored by sacreBLEU / ROUGE as detokenized text. The cache key is a hash
+Every tokenizer puts the shared specials first (``<pad>=0, <s>=1, </s>=2, <unk>=3``, tasks/vocab.py). BPE uses
+a Metaspace pre-tokenizer and decoder (SentencePiece style), so decoding gives back the original spacing:
+hypotheses are scored by sacreBLEU / ROUGE as detokenized text. WordPiece (the classification tasks) splits
+words and punctuation BERT style, over a vocabulary learned in tasks/wordpiece.py so that every process
+(every DDP rank, every machine) gets the same ids from the same text. The cache key is a hash
 of the training text and every setting, so a changed corpus or vocabulary size retrains and an unchanged one
 loads in milliseconds. Encoded splits are cached beside the tokenizers (``encode_all``), keyed by the
 tokenizer and the text, so a second run of a task does not tokenize its data again.
@@ -27,6 +29,8 @@ from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_toke
 from attnlab.tasks.base import DataError
 from attnlab.tasks.disk_cache import read_entry, write_entry
 from attnlab.tasks.vocab import SPECIALS
+from attnlab.tasks.wordpiece import PREFIX as WORDPIECE_PREFIX
+from attnlab.tasks.wordpiece import learn_wordpiece_vocabulary
 
 log = logging.getLogger(__name__)
 KINDS = ("bpe", "wordpiece", "word", "char")
@@ -54,11 +58,7 @@ def _train(kind: str, texts: Sequence[str], vocab_size: int, lowercase: bool, mi
                                       show_progress=False)
         tok.decoder = decoders.Metaspace()
     elif kind == "wordpiece":
-        tok = Tokenizer(models.WordPiece(unk_token=SPECIALS[3]))
-        trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, special_tokens=specials,
-                                            min_frequency=min_frequency, show_progress=False,
-                                            continuing_subword_prefix="##")
-        tok.decoder = decoders.WordPiece(prefix="##")
+        return _train_wordpiece(texts, vocab_size, lowercase, min_frequency)
     elif kind in ("word", "char"):
         units = (list(t) if kind == "char" else t.split() for t in texts)
         counts = Counter(u for seq in units for u in seq)
@@ -75,10 +75,25 @@ def _train(kind: str, texts: Sequence[str], vocab_size: int, lowercase: bool, mi
     else:
         raise DataError(f"tokenizer.kind={kind!r}; valid: {', '.join(KINDS)}")
     tok.normalizer = _normalizer(lowercase)
-    # Metaspace for BPE keeps spaces recoverable; WordPiece splits punctuation too (BERT style).
-    tok.pre_tokenizer = (pre_tokenizers.Metaspace() if kind == "bpe"
-                         else pre_tokenizers.Sequence([pre_tokenizers.WhitespaceSplit(), pre_tokenizers.Punctuation()]))
+    # Metaspace keeps spaces recoverable, so a decoded hypothesis has the original spacing.
+    tok.pre_tokenizer = pre_tokenizers.Metaspace()
     tok.train_from_iterator(texts, trainer=trainer)
+    return tok
+
+
+def _train_wordpiece(texts: Sequence[str], vocab_size: int, lowercase: bool, min_frequency: int) -> Tokenizer:
+    """BERT-style pieces (words and punctuation split, ``##`` continuations) over a vocabulary learned by
+    tasks/wordpiece.py rather than HF's WordPieceTrainer, whose ids differ from process to process."""
+    tok = Tokenizer(models.WordPiece(unk_token=SPECIALS[3]))
+    tok.normalizer = _normalizer(lowercase)
+    tok.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.WhitespaceSplit(), pre_tokenizers.Punctuation()])
+    words: Counter[str] = Counter()
+    for text in texts:
+        words.update(word for word, _ in tok.pre_tokenizer.pre_tokenize_str(tok.normalizer.normalize_str(text)))
+    vocab = learn_wordpiece_vocabulary(words, vocab_size=vocab_size, specials=SPECIALS, min_frequency=min_frequency)
+    tok.model = models.WordPiece(vocab={token: i for i, token in enumerate(vocab)}, unk_token=SPECIALS[3],
+                                 continuing_subword_prefix=WORDPIECE_PREFIX)
+    tok.decoder = decoders.WordPiece(prefix=WORDPIECE_PREFIX)
     return tok
 
 
@@ -97,7 +112,9 @@ def build_tokenizer(kind: str, texts: Sequence[str], *, vocab_size: int, lowerca
         raise DataError(f"tokenizer.kind={kind!r}; valid: {', '.join(KINDS)}")
     if not texts:
         raise DataError("cannot train a tokenizer on an empty training split")
-    settings = {"vocab_size": vocab_size, "lowercase": lowercase, "min_frequency": min_frequency, "v": 1}
+    # v2 for WordPiece: tokenizers cached by HF's trainer (v1, ids drawn per process) are not reused.
+    settings = {"vocab_size": vocab_size, "lowercase": lowercase, "min_frequency": min_frequency,
+                "v": 2 if kind == "wordpiece" else 1}
     folder = Path(cache_dir).expanduser() if cache_dir else default_cache_dir()
     path = folder / f"{kind}-{cache_key(kind, texts, settings)}.tokenizer"
     tok = load_cached_tokenizer(path)
