@@ -48,13 +48,17 @@ def test_an_update_is_the_same_over_micro_batches_and_ranks(tmp_path):
                                                    "batch.sentences_per_update"))]
     runs = {"one": ["hardware.max_batch_per_device=16"], "accumulated": ["hardware.max_batch_per_device=8"],
             "ddp": ["hardware=ddp_sim", "hardware.max_batch_per_device=8"]}
-    weights = {}
+    weights, trained_tokens = {}, {}
     for name, extra in runs.items():
         run_dir = tmp_path / name
         proc = _train([*base, *steps, *extra, f"hydra.run.dir={run_dir}"], tmp_path)
         assert proc.returncode == 0, proc.stderr[-3000:]
         weights[name], step = _final_weights(run_dir)
         assert step == 20
+        cost = read_record(run_dir / "results.json")["cost"]  # tokens/s x s/step x steps: the tokens counted
+        trained_tokens[name] = round(cost["tokens_per_s"] * cost["step_s"] * cost["steps"])
+    # The record's tokens/s is global: the ranks' tokens summed, not rank 0's doubled (their shards differ).
+    assert trained_tokens["ddp"] == trained_tokens["one"] == trained_tokens["accumulated"]
     one = weights["one"]
     # The key projections' biases have a zero gradient in exact arithmetic (softmax ignores a constant added to
     # a row of scores), so Adam turns summation-order noise into full steps there: not compared.

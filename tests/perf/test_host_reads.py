@@ -87,3 +87,33 @@ def test_steps_that_neither_log_nor_save_read_nothing_on_the_host(tmp_path, mode
              if batch > 0 and step % LOG_EVERY not in (0, LOG_EVERY - 1) and step != 2]
     assert len(quiet) >= 3
     assert all(not where for _, where in quiet), quiet
+
+
+class _TargetTokens(L.Callback):
+    """The target tokens of every training batch, counted from the batch (not from the module's loss)."""
+
+    def __init__(self) -> None:
+        self.tokens = 0
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        self.tokens += int(batch["tgt_out"].ne(pl_module.task_info["pad_id"]).sum())
+
+
+def test_device_token_counts_still_count_every_batch(tmp_path):
+    """Token counts stay on the device; the throughput in the record must still cover every batch (an in-place
+    ``+=`` on the running count once made every batch after the first count zero tokens)."""
+    from attnlab.results.record import read_record
+    from attnlab.training.callbacks import Throughput
+
+    counted = _TargetTokens()
+    seen: list[Throughput] = []
+
+    class _Keep(L.Callback):
+        def on_fit_start(self, trainer, pl_module):
+            seen.extend(c for c in trainer.callbacks if isinstance(c, Throughput))
+
+    run_with_callbacks(tmp_path / "run", extra=["hardware.nan_check=deferred", "hardware.fused_optimizer=true"],
+                       callbacks=[counted, _Keep()])
+    assert counted.tokens > 0 and int(seen[0].total_tokens) == counted.tokens
+    cost = read_record(tmp_path / "run" / "results.json")["cost"]
+    assert round(cost["tokens_per_s"] * cost["step_s"] * cost["steps"]) == counted.tokens

@@ -24,11 +24,17 @@ class Throughput(L.Callback):
     Keeps the run's totals for the run record (``average_tokens_per_s``: target tokens of all ranks per
     second) and, with ``log=True``, logs ``perf/tokens_per_s`` and ``perf/step_s`` over every
     ``log_every_n_steps`` optimizer steps (with ``callbacks.mfu`` on, ``MFUCallback`` logs tokens/s).
+
+    Under DDP the logged windows count this rank's tokens times the number of ranks (reading the other
+    ranks' counts would make every logged step wait for them); when training ends, the ranks' own counts
+    are summed once, so the record's tokens/s is every rank's tokens over this rank's training time (the
+    ranks step together). A run stopped by a signal or an error keeps the estimate.
     """
 
     def __init__(self, log: bool = True) -> None:
         self.log = log
         self.total_tokens = 0
+        self.own_tokens = 0  # this rank's
         self.train_seconds = 0.0
         self.total_steps = 0
         self._window_tokens, self._window_seconds, self._window_steps = 0, 0.0, 0
@@ -49,7 +55,9 @@ class Throughput(L.Callback):
         if logged and pl_module.device.type == "cuda":
             torch.cuda.synchronize(pl_module.device)
         elapsed = time.perf_counter() - self._t0
-        tokens = (pl_module._tokens_seen - self._tokens0) * trainer.world_size
+        own = pl_module._tokens_seen - self._tokens0
+        tokens = own * trainer.world_size
+        self.own_tokens += own
         self.total_tokens += tokens
         self.train_seconds += elapsed
         self.total_steps += trainer.global_step - self._step0
@@ -62,6 +70,13 @@ class Throughput(L.Callback):
                       on_step=True, on_epoch=False)
         pl_module.log("perf/step_s", self._window_seconds / self._window_steps, on_step=True, on_epoch=False)
         self._window_tokens, self._window_seconds, self._window_steps = 0, 0.0, 0
+
+    def on_train_end(self, trainer, pl_module):
+        # Every rank reaches here after the same last step (a collective is safe); a run that stops early
+        # does not, and keeps the rank-0-times-ranks estimate.
+        if trainer.world_size > 1:
+            own = torch.as_tensor(self.own_tokens, dtype=torch.float64, device=pl_module.device)
+            self.total_tokens = int(trainer.strategy.reduce(own, reduce_op="sum").item())
 
     def average_tokens_per_s(self) -> float | None:
         return float(self.total_tokens) / self.train_seconds if self.train_seconds > 0 else None

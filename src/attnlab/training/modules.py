@@ -128,7 +128,9 @@ class TaskModule(L.LightningModule):
         # Lightning turns progress-bar values into Python numbers after every batch, a wait for the
         # accelerator: shown only where a bar is drawn (logged values are read every log_every_n_steps).
         self.log("train/loss", total.detach(), on_step=True, on_epoch=False, prog_bar=self._bar_drawn())
-        self._tokens_seen += tokens
+        # Out of place: once a device tensor, ``+=`` would change the very tensor the throughput callbacks
+        # kept as "tokens before this batch", and every later batch would count zero tokens.
+        self._tokens_seen = self._tokens_seen + tokens
         scale = self._update_scale()
         if scale is None:
             return total

@@ -254,7 +254,8 @@ class MFUCallback(Callback):
         if not logged or self._acc_time <= 0:
             return
         tps = float(self._acc_tokens) / self._acc_time
-        metrics = {"perf/tokens_per_s": tps}
+        # Logged for all ranks (as Throughput logs it, this rank's count times the ranks); MFU is per device.
+        metrics = {"perf/tokens_per_s": tps * trainer.world_size}
         if self.flops_per_token is not None:
             metrics["perf/flops_per_token"] = self.flops_per_token
             value = mfu(self.flops_per_token, tps, self.peak)
