@@ -180,3 +180,31 @@ def test_a_deferred_check_without_an_optimizer_that_can_skip_is_refused_in_one_l
     code, err = run_cli(train_main, [*SHORT, "hardware.nan_check=deferred", "hardware.fused_optimizer=false",
                                      f"hydra.run.dir={tmp_path / 'run'}"], capsys)
     assert code == 2 and "hardware.nan_check=deferred needs" in one_clear_line(err)
+
+
+def test_a_deferred_check_acts_on_unread_counts_before_a_checkpoint_is_written():
+    """A non-finite loss noted on the device but not yet read when a checkpoint is written (a validation or a
+    periodic save between two log steps) must be acted on then: folded unread into the saved ``skipped``, a run
+    resumed from that checkpoint (after a preemption) went on past it under nan_policy=stop."""
+    import types
+
+    import pytest
+
+    from attnlab.training.faults import NonFiniteGuard, NonFiniteLoss
+
+    trainer = types.SimpleNamespace(global_step=3, log_every_n_steps=5, world_size=1)
+    module = types.SimpleNamespace(trainer=trainer, log=lambda *a, **k: None)
+    guard = NonFiniteGuard("stop", check="deferred")
+    guard.check(module, torch.tensor(math.nan), {"loss": torch.tensor(math.nan)})
+    trainer.global_step = 4
+    with pytest.raises(NonFiniteLoss, match="non-finite loss at step 3"):
+        guard.state_dict()  # the checkpoint at step 4 is not written
+
+    skip = NonFiniteGuard("skip", max_skipped=1, check="deferred")
+    for _ in range(2):  # two bad batches, limit 1
+        skip.check(module, torch.tensor(math.inf), {"loss": torch.tensor(math.inf)})
+    with pytest.raises(NonFiniteLoss, match="max_skipped_batches=1"):
+        skip.state_dict()
+    within = NonFiniteGuard("skip", max_skipped=2, check="deferred")
+    within.check(module, torch.tensor(math.inf), {"loss": torch.tensor(math.inf)})
+    assert within.state_dict() == {"skipped": 1} and within._pending()[0] == 0  # counted once, not again later

@@ -45,9 +45,14 @@ class NonFiniteGuard(L.Callback):
         self._device_state: dict[str, torch.Tensor] | None = None  # deferred: counts kept on the device
         self._update_bad: torch.Tensor | None = None  # deferred: this update's micro-batches, any non-finite
         self._term_names: list[str] = []  # deferred: the loss terms' names, in ``first_terms`` order
+        self._module: L.LightningModule | None = None  # deferred: the module checked last, for ``state_dict``
 
     def state_dict(self) -> dict[str, Any]:
-        return {"skipped": self.skipped + self._pending()[0]}
+        # Deferred: act on the unread counts before a checkpoint is written (stop, or over max_skipped: raise,
+        # so no checkpoint is written); folding them into ``skipped`` unread let a resumed run forget them.
+        if self.deferred and self._module is not None:
+            self.read(self._module, may_log=False)  # every rank saves at the same step: all raise together
+        return {"skipped": self.skipped}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self.skipped = int(state_dict.get("skipped", 0))
@@ -67,6 +72,7 @@ class NonFiniteGuard(L.Callback):
 
     # -- deferred: on the device ---------------------------------------------------------------------
     def _note_on_device(self, module: L.LightningModule, total: torch.Tensor, terms: dict[str, Any]) -> None:
+        self._module = module
         bad = (~torch.isfinite(total.detach()).all()).float()
         if torch.distributed.is_available() and torch.distributed.is_initialized():
             torch.distributed.all_reduce(bad, op=torch.distributed.ReduceOp.MAX)
