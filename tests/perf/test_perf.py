@@ -255,6 +255,20 @@ def test_training_flops_count_the_executed_bigbird_blocks_whichever_kernel_serve
     assert flops - without_core == expected
 
 
+def test_counting_flops_leaves_out_the_recomputation_of_checkpointed_layers():
+    """MFU counts a step's forward and backward once: with hardware.activation_checkpointing the counted pass
+    ran each layer's forward again in the backward (about a third more FLOPs, MFU inflated by as much)."""
+    from attnlab.models.recompute import recompute_layer_activations
+
+    batch = _mlm_batch()
+    wrapped = _bigbird_mlm("reference")
+    assert recompute_layer_activations(wrapped.model) == 2
+    recompute = [m.checkpoint_fn for m in wrapped.modules() if hasattr(m, "checkpoint_fn")]
+    assert perf.count_training_flops(wrapped, batch) == perf.count_training_flops(_bigbird_mlm("reference"), batch)
+    # and the layers recompute again afterwards
+    assert [m.checkpoint_fn for m in wrapped.modules() if hasattr(m, "checkpoint_fn")] == recompute
+
+
 def test_counting_flops_leaves_the_run_unchanged():
     """The counting pass is an extra forward and backward: it must not draw from the run's random state
     (dropout would then differ from a run without the MFU callback) nor leave gradients behind."""

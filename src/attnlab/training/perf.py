@@ -110,6 +110,7 @@ def count_training_flops(module, batch, forward_context=None) -> tuple[int, int]
     from torch.utils.flop_counter import FlopCounterMode
 
     from attnlab.attention import countable_kernels
+    from attnlab.models.recompute import layers_kept
 
     params = [p for p in module.parameters() if p.requires_grad]
     saved = [p.grad for p in params]
@@ -122,7 +123,7 @@ def count_training_flops(module, batch, forward_context=None) -> tuple[int, int]
 
     backend = sdpa_kernel([SDPBackend.MATH]) if module.device.type == "cpu" else contextlib.nullcontext()
     try:
-        with torch.random.fork_rng(devices=cuda), countable_kernels(module), backend, \
+        with torch.random.fork_rng(devices=cuda), countable_kernels(module), layers_kept(module), backend, \
                 (forward_context or contextlib.nullcontext()), FlopCounterMode(display=False) as counter:
             total, _, _, tokens = module.total_loss(batch)
             total.backward()
