@@ -29,6 +29,8 @@ from attnlab.errors import ConfigError
 SWITCHES = ("auto", True, False)
 NAN_CHECKS = ("auto", "every_step", "deferred")
 OPTIONS = ("pin_memory", "fused_optimizer", "activation_checkpointing", "compile")
+# An older saved config without these keys gets what ``config.HardwareSchema`` gives a new one (off), not auto.
+OFF_WHEN_ABSENT = {"activation_checkpointing": False, "compile": False}
 
 
 def runs_on_gpu(cfg: DictConfig) -> bool:
@@ -40,7 +42,7 @@ def runs_on_gpu(cfg: DictConfig) -> bool:
 
 def _switch_value(cfg: DictConfig, name: str) -> Any:
     """``hardware.<name>`` as written (its default where an older config lacks it), refused when not a switch."""
-    value = cfg.hardware.get(name, "auto" if name != "compile" else False)
+    value = cfg.hardware.get(name, OFF_WHEN_ABSENT.get(name, "auto"))
     if value not in SWITCHES:
         raise ConfigError(f"hardware.{name}={value!r} is not valid; use auto, true or false")
     return value
