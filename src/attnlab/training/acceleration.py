@@ -2,14 +2,17 @@
 
 Each option is ``auto``, ``true`` or ``false``; ``auto`` turns on what pays on a GPU and leaves a CPU run as
 it is. None of them changes what is computed beyond floating-point summation order (the config hash leaves
-them out, as it does ``num_workers`` and ``torch_threads``; ``results.record.DEFAULT_HASH_EXCLUDE``):
+them out, as it does ``num_workers`` and ``torch_threads``; ``results.record.DEFAULT_HASH_EXCLUDE``), with one
+exception after a non-finite loss under gradient accumulation (``nan_check`` below):
 
 - ``pin_memory``: batches in page-locked host memory, so the copy to the GPU runs beside the step.
 - ``fused_optimizer``: Adam/AdamW's fused kernel (one launch for every parameter instead of a few per tensor),
   which can also skip an update on the device (``nan_check``).
 - ``nan_check``: ``every_step`` reads the loss on the host before each backward pass (a wait for the
   accelerator per step); ``deferred`` keeps the check on the device (a non-finite update is skipped there by
-  the fused optimizer) and reads it every ``trainer.log_every_n_steps`` (``training.faults``); ``auto`` is
+  the fused optimizer) and reads it every ``trainer.log_every_n_steps`` (``training.faults``; with
+  accumulation it drops the whole update holding a non-finite micro-batch, ``every_step`` only that
+  micro-batch); ``auto`` is
   ``deferred`` where the optimizer can skip on the device and the device is a GPU.
 - ``activation_checkpointing``: each Transformer layer's activations are recomputed in the backward pass
   instead of kept (memory for about a third more compute), for long sequences; gradients are unchanged.

@@ -29,6 +29,11 @@ class NonFiniteGuard(L.Callback):
       and step count untouched; the host reads the counts every ``trainer.log_every_n_steps``, before each
       checkpoint is written and at the end of training.
 
+    The two differ under gradient accumulation, and only after a non-finite loss: ``every_step`` drops the
+    non-finite micro-batch and the update goes on with the others; ``deferred`` cannot take back gradients
+    already summed, so it drops the whole update that holds one. ``skipped`` counts the non-finite
+    micro-batches in both (the warning says when an update was dropped whole).
+
     Either way, ``stop`` raises ``NonFiniteLoss`` (deferred: at the next read, naming the step where it first
     happened; the updates in between were finite ones) and no checkpoint holds an update from a non-finite
     loss; ``skip`` stops only once more than ``max_skipped`` batches were dropped. The count is part of the
@@ -138,8 +143,11 @@ class NonFiniteGuard(L.Callback):
             self.skipped += count
             if may_log:
                 module.log("train/skipped_batches", float(self.skipped), on_step=True, on_epoch=False)
-            log.warning("non-finite loss at %s (%s): %s skipped (%d of at most %d)", where, described,
-                        "batch" if count == 1 else "batches", self.skipped, self.max_skipped)
+            accumulating = int(getattr(trainer, "accumulate_grad_batches", 1)) > 1
+            whole = ("; the updates holding them were dropped whole (nan_check=deferred under gradient "
+                     "accumulation)") if self.deferred and accumulating else ""
+            log.warning("non-finite loss at %s (%s): %s skipped (%d of at most %d)%s", where, described,
+                        "batch" if count == 1 else "batches", self.skipped, self.max_skipped, whole)
             return False
         limit = f"; {self.skipped} batches already skipped (max_skipped_batches={self.max_skipped})" \
             if self.policy == "skip" else ""
