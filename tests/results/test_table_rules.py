@@ -76,6 +76,14 @@ def test_command_keys_the_config_hash_leaves_out_do_not_split_a_cell(workspace, 
     assert _build(workspace).rows[0].cells[0].stat.n == 2
 
 
+
+def test_config_group_overrides_of_excluded_groups_do_not_split_a_cell(workspace, put_record):
+    # make reproduce picks the launcher per machine (make/reproduce.mk): hydra/launcher=... is Hydra's runtime,
+    # as hydra.launcher.n_jobs is; logger/... is where metrics go.
+    put_record("a", seed=1, command="attnlab-train -m experiment=x seed=1 hydra/launcher=joblib_attnlab logger/wandb=a")
+    put_record("b", seed=2, command="attnlab-train -m experiment=x seed=2 hydra/launcher=basic logger/wandb=b")
+    assert _build(workspace).rows[0].cells[0].stat.n == 2
+
 def test_init_from_is_compared_inside_its_runs_dir(workspace, put_record):
     # Two seeds of a T5-path row, each swept into its own RUNS dir: the same pre-training step, one cell.
     ckpt = "t5_pretrain/${pretrain_experiment}-s${seed}/checkpoints/last.ckpt"

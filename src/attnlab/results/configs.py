@@ -56,8 +56,9 @@ def _flatten(node: Any, prefix: str, out: dict[str, Any]) -> None:
 
 def _not_config(key: str) -> bool:
     """Whether a command-line key does not make a different experiment: the seed (what a cell pools over) and
-    what the config hash leaves out (paths, loggers, Hydra's runtime, ...), the key itself or a group above it."""
-    parts = key.split(".")
+    what the config hash leaves out (paths, loggers, Hydra's runtime, ...), the key itself or a group above it.
+    A config-group override (``hydra/launcher=joblib_attnlab``, ``logger/wandb=...``) names its groups with "/"."""
+    parts = key.replace("/", ".").split(".")
     groups = (".".join(parts[:n]) for n in range(1, len(parts) + 1))
     return key == "seed" or any(is_excluded(group, DEFAULT_HASH_EXCLUDE) for group in groups)
 
