@@ -130,6 +130,31 @@ def test_signal_saves_stops_and_resume_matches_uninterrupted(step, signum, refer
     assert _csv_rows(tmp_path) == _csv_rows(ref_dir), "the CSV log must continue, not restart or repeat"
 
 
+def test_a_run_killed_after_its_last_checkpoint_still_logs_its_test_metrics(reference, tmp_path):
+    """A kill (SIGKILL: nothing handled) after the final update's checkpoint but before testing: the same
+    command resumes at the final step and goes straight to testing. Its test metrics must reach metrics.csv
+    (the appending logger dropped every row at or below the checkpoint's step, test rows included)."""
+    ref_dir, ref = reference
+    shutil.copytree(ref_dir, tmp_path, dirs_exist_ok=True)
+    (tmp_path / "results.json").unlink()
+    shutil.rmtree(tmp_path / "outputs", ignore_errors=True)
+    rows = (tmp_path / "csv" / "metrics.csv").read_text().splitlines(keepends=True)
+    kept = [r for r in rows if "test" not in r.split(",", 1)[0] and not _has_test_value(rows[0], r)]
+    (tmp_path / "csv" / "metrics.csv").write_text("".join(kept))
+    assert not any(k.startswith("test/") for row in _csv_rows(tmp_path) for k in row)
+
+    resumed = _run(tmp_path)
+    assert resumed["status"] == "completed" and resumed["metrics"]["final"] == ref["metrics"]["final"]
+    logged = {k: v for row in _csv_rows(tmp_path) for k, v in row.items() if k.startswith("test/")}
+    expected = {k: v for row in _csv_rows(ref_dir) for k, v in row.items() if k.startswith("test/")}
+    assert logged == expected and expected
+
+
+def _has_test_value(header: str, row: str) -> bool:
+    keys = header.strip().split(",")
+    return any(k.startswith("test") and v for k, v in zip(keys, row.strip().split(",")))
+
+
 def test_ckpt_path_resumes_and_init_from_loads_weights_only(reference, tmp_path):
     ref_dir, ref = reference
     best = next(p for p in (ref_dir / "checkpoints").glob("step*.ckpt"))

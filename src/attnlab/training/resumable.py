@@ -109,6 +109,7 @@ class _AppendingWriter(ExperimentWriter):
 
     def __init__(self, log_dir: str, keep_through_step: int | None) -> None:
         self._keep_through_step = keep_through_step
+        self._kept: set[tuple[float, str]] = set()  # (step, metric) already in the kept rows
         super().__init__(log_dir)
         path = Path(self.metrics_file_path)
         if not path.is_file():
@@ -120,6 +121,7 @@ class _AppendingWriter(ExperimentWriter):
             reader = csv.DictReader(f)
             keys = list(reader.fieldnames or [])
             rows = [r for r in reader if _step(r) <= keep_through_step]
+        self._kept = {(_step(r), key) for r in rows for key, value in r.items() if value and key != "step"}
         self.metrics_keys = sorted(keys)
         tmp = path.with_name(path.name + ".tmp")
         with tmp.open("w", newline="") as f:
@@ -129,9 +131,14 @@ class _AppendingWriter(ExperimentWriter):
         os.replace(tmp, path)
 
     def log_metrics(self, metrics_dict: dict[str, float], step: int | None = None) -> None:
-        # A resumed run logs what it logs at start-up (parameter counts) again; those rows are already here.
+        # A resumed run logs what it logs at start-up (parameter counts) again; those values are already here.
+        # What is new at a kept step is written: the test metrics of a run killed after its last checkpoint
+        # (resumed at the final step, it goes straight to testing).
         if self._keep_through_step is not None and step is not None and step <= self._keep_through_step:
-            return
+            new = {k: v for k, v in metrics_dict.items() if (float(step), k) not in self._kept and k != "epoch"}
+            if not new:
+                return
+            metrics_dict = {**new, **({"epoch": metrics_dict["epoch"]} if "epoch" in metrics_dict else {})}
         super().log_metrics(metrics_dict, step)
 
     def _check_log_dir_exists(self) -> None:
