@@ -9,6 +9,8 @@ STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 # Committed run records (results.json, config, small artifacts) behind the committed tables in results/.
 PUBLISHED ?= results/runs
+# The trivial baselines of those runs (make baselines); a reproduce into other folders names its own.
+BASELINES ?= results/baselines
 # Files whose generated blocks `make tables` fills: the tables of README.md and docs/*.md (each block lives on
 # its subject's page), each paper's "What held" claims in experiments/<paper>/README.md.
 empty :=
@@ -80,7 +82,7 @@ bench: $(STAMP) ## Run the performance benchmarks (ratios vs same-process baseli
 	$(BIN)/python benchmarks/run_all.py $(BENCH_ARGS)
 
 baselines: $(STAMP) ## Compute the trivial baseline of every published run's task from the local data (results/baselines; before make tables)
-	$(BIN)/python -m attnlab.cli.baselines --runs $(PUBLISHED) --out results/baselines --data-root $(ATTNLAB_DATA_ROOT)
+	$(BIN)/python -m attnlab.cli.baselines --runs $(PUBLISHED) --out $(BASELINES) --data-root $(ATTNLAB_DATA_ROOT)
 
 tables: $(STAMP) ## Rebuild every results table and results/CLAIMS.md from the committed run records in results/runs (no training)
 	$(BIN)/attnlab-table table=all runs=$(PUBLISHED) out=results/ readme=$(TABLE_PAGES)

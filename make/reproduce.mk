@@ -57,8 +57,8 @@ define reproduce
 	ATTNLAB_SKIP_EXISTING=1 ATTNLAB_PUBLISHED_RUNS=$(PUBLISHED) $(BIN)/attnlab-train -m experiment=$(call repro_rows,$(1)) seed=$(SEEDS) \
 		scale=$(SCALE) hardware=$(HARDWARE) paths.runs_dir=$(RUNS) $(repro_launcher) $(ARGS)
 	$(BIN)/python -m attnlab.results.publish $(RUNS) $(PUBLISHED) --only $(1)
-	$(BIN)/python -m attnlab.cli.baselines --runs $(PUBLISHED) --out results/baselines --data-root $(ATTNLAB_DATA_ROOT) $(foreach spec,$(call repro_specs,$(1)),--table $(spec))
-	$(foreach spec,$(call repro_specs,$(1)),$(BIN)/attnlab-table table=$(spec) runs=$(PUBLISHED) out=$(TABLES_OUT) print=true &&) true
+	$(BIN)/python -m attnlab.cli.baselines --runs $(PUBLISHED) --out $(BASELINES) --data-root $(ATTNLAB_DATA_ROOT) $(foreach spec,$(call repro_specs,$(1)),--table $(spec))
+	$(foreach spec,$(call repro_specs,$(1)),$(BIN)/attnlab-table table=$(spec) runs=$(PUBLISHED) out=$(TABLES_OUT) baselines=$(BASELINES) print=true &&) true
 endef
 
 .PHONY: reproduce-ut-table4 reproduce-ut-table7 reproduce-lra-table1 reproduce-qknorm-table1 \
@@ -158,7 +158,7 @@ define reproduce_t5
 		'init_from=$(T5_PRETRAIN_DIR)/$${pretrain_experiment}-s$${seed}/checkpoints/last.ckpt' \
 		$(repro_launcher) $(ARGS)
 	$(BIN)/python -m attnlab.results.publish $(RUNS) $(PUBLISHED) --only synthesizer/t5
-	$(foreach spec,$(call repro_specs,synthesizer/t5_$(2)),$(BIN)/attnlab-table table=$(spec) runs=$(PUBLISHED) out=$(TABLES_OUT) print=true &&) true
+	$(foreach spec,$(call repro_specs,synthesizer/t5_$(2)),$(BIN)/attnlab-table table=$(spec) runs=$(PUBLISHED) out=$(TABLES_OUT) baselines=$(BASELINES) print=true &&) true
 endef
 
 .PHONY: reproduce-synthesizer-table4-t5 reproduce-synthesizer-table5-t5

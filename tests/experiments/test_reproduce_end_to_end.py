@@ -21,7 +21,7 @@ FEW_STEPS = ["trainer.max_steps=3", "trainer.val_check_interval=3", "batch.sente
 def _make(target: str, tmp_path: Path, args: list[str]) -> subprocess.CompletedProcess:
     return subprocess.run(
         ["make", "-s", target, "SEEDS=1", "STAMP=", f"RUNS={tmp_path / 'runs'}", f"PUBLISHED={tmp_path / 'pub'}",
-         f"TABLES_OUT={tmp_path / 'tables'}", "ARGS=" + " ".join(args)],
+         f"TABLES_OUT={tmp_path / 'tables'}", f"BASELINES={tmp_path / 'baselines'}", "ARGS=" + " ".join(args)],
         cwd=REPO, capture_output=True, text=True, timeout=1200,
     )  # fmt: skip
 
