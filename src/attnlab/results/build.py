@@ -21,7 +21,7 @@ from attnlab.results.errors import TableError
 from attnlab.results.loading import Corrupt, Loaded
 from attnlab.results.paper import NOT_FOUND, PaperTable, PaperTables, PaperTablesError
 from attnlab.results.record import UNFINISHED
-from attnlab.results.spec import PROBE_PREFIX, MetricSpec, RowSpec, TableSpec
+from attnlab.results.spec import PROBE_PREFIX, MetricSpec, PreregisteredSpec, RowSpec, TableSpec
 from attnlab.results.stats import Stat, summarize
 
 NOT_IN_PAPER = "—"
@@ -69,6 +69,7 @@ class RowResult:
     tokens_per_s: Stat | None
     peak_mem_mb: Stat | None
     wall_s: Stat | None
+    not_read: list[Loaded] = field(default_factory=list)  # seeds beyond a pre-registered table's n: never read
 
 
 @dataclass
@@ -117,6 +118,19 @@ def _pick_per_seed(records: list[Loaded], also_by: Sequence[str] = ()) -> tuple[
         chosen.append(group[0])
         superseded.extend(group[1:])
     return chosen, superseded
+
+
+def preregistered_seeds(chosen: list[Loaded], prereg: PreregisteredSpec) -> tuple[list[Loaded], list[Loaded]]:
+    """(the records of the pre-registered seeds, the rest): the listed seeds, or else the n lowest seeds of the row
+    whatever their status, so a failed or unfinished low seed is never replaced by a later one that went well."""
+    seeds = sorted({r.data.get("seed") for r in chosen if _is_seed(r.data.get("seed"))})
+    wanted = set(prereg.seeds) if prereg.seeds is not None else set(seeds[: prereg.n])
+    kept = [r for r in chosen if _is_seed(r.data.get("seed")) and r.data.get("seed") in wanted]
+    return kept, [r for r in chosen if r not in kept]
+
+
+def _is_seed(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _neg_time(created: Any) -> str:
@@ -217,6 +231,9 @@ def build_table(
         placed.update(c.path for c in bad)
         column_keys = sorted({k for m in spec.metrics for k in m.match})
         chosen, superseded = _pick_per_seed(mine, column_keys)
+        not_read: list[Loaded] = []
+        if spec.preregistered is not None:
+            chosen, not_read = preregistered_seeds(chosen, spec.preregistered)
         row_used = [r for r in chosen if r.data.get("status") == "completed"]
         cells = []
         per_seed: dict[str, dict[Any, float]] = {}
@@ -269,6 +286,7 @@ def build_table(
                 tokens_per_s=_cost_stat(used, "cost.tokens_per_s"),
                 peak_mem_mb=_cost_stat(used, "cost.peak_mem_mb"),
                 wall_s=_cost_stat(used, "cost.wall_s"),
+                not_read=not_read,
             )
         )
     unplaced = [c for c in corrupt if c.path not in placed]

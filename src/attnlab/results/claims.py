@@ -31,10 +31,11 @@ import math
 from dataclasses import dataclass
 
 from attnlab.results.build import BuiltTable, RowResult, get_field, run_values
-from attnlab.results.spec import ClaimSpec, Requirement
+from attnlab.results.spec import ClaimSpec, Requirement, TableSpec
 from attnlab.results.stats import (
     CONFIDENCE,
     OVERALL_ERROR,
+    PREREGISTERED_CONFIDENCE,
     SEEDS_LIMIT,
     Interval,
     seeds_to_decide,
@@ -42,16 +43,41 @@ from attnlab.results.stats import (
 )
 
 HELD, NOT_HELD, INCONCLUSIVE, NOT_RUN = "held", "not held", "inconclusive", "not run"
+
+
+def _verdict_rule(confidence: float) -> str:
+    return (
+        f"Claims: Welch {confidence:.2%} t interval of the difference of means over seeds (one-sample t against a "
+        "fixed number); held = the whole interval inside the claimed range, not held = wholly outside, "
+        "inconclusive = it straddles an edge, a row has < 2 seeds, the runs miss the claim's precondition or the "
+        "better compared row does not beat the task's trivial baseline (computed from the data) by the column's "
+        "margin in every run, or (at least / at most / within) every seed of both rows gave the same number (no "
+        "interval); not run = a row has no completed run."
+    )
+
+
 RULE = (
-    f"Claims: Welch {CONFIDENCE:.2%} t interval of the difference of means over seeds (one-sample t against a "
-    "fixed number); held = the whole interval inside the claimed range, not held = wholly outside, "
-    "inconclusive = it straddles an edge, a row has < 2 seeds, the runs miss the claim's precondition or the "
-    "better compared row does not beat the task's trivial baseline (computed from the data) by the column's margin "
-    "in every run, or (at least / at most / within) every seed of both rows gave the same number (no interval); "
-    "not run = a row has no completed run. Seeds come in two looks (3 per row, then 4-5 where a claim is "
+    f"{_verdict_rule(CONFIDENCE)} Seeds come in two looks (3 per row, then 4-5 where a claim is "
     f"inconclusive at 3): each look is read at Pocock's level for two looks ({1 - CONFIDENCE:.2%}), so the "
     f"procedure decides a true-zero difference at most {OVERALL_ERROR:.0%} of the time."
 )
+
+PREREGISTERED_RULE = (
+    "Pre-registered table: the spec fixed the seeds per row, the claims and their margins before any published run "
+    "(pilot seeds that sized it are never published); it is read once, at that n, with the "
+    f"{PREREGISTERED_CONFIDENCE:.0%} interval (one look, so no correction for looks); seeds beyond the n are never "
+    "read, a claim waits (not run) "
+    "until every row of it has all n, and a run created before the pre-registration date (no part of the fixed "
+    "experiment) leaves its claims inconclusive. Where it is inconclusive, only a new fixed-n experiment "
+    "(pre-registered anew) can decide it."
+)
+
+
+def rule_text(spec: TableSpec) -> str:
+    """The rule a table's claims are read by: the two-look rule, or the one look of a pre-registered table."""
+    if spec.preregistered is None:
+        return RULE
+    return f"{_verdict_rule(PREREGISTERED_CONFIDENCE)} {PREREGISTERED_RULE} {spec.preregistered.describe()}."
 
 
 @dataclass
@@ -66,6 +92,7 @@ class ClaimResult:
     paper_difference: float | None  # the paper's a - b, where both cells are published numbers
     paper_agrees: bool | None  # whether the paper's own numbers satisfy the claim
     at_trivial_baseline: bool = False  # the better row does not beat the task's trivial baseline (or none computed)
+    confidence: float = CONFIDENCE  # the level of ``interval`` (PREREGISTERED_CONFIDENCE for a pre-registered table)
 
 
 def in_range(value: float, claim: ClaimSpec) -> bool:
@@ -119,35 +146,64 @@ def evaluate_claim(built: BuiltTable, claim: ClaimSpec) -> ClaimResult:
     # Seeds left out of a row's numbers (failed, running, corrupt) are said beside any result: never silent.
     left_out = [f"{r.spec.label}: {r.cells[mi].note}" for r in (row_a, row_b) if r is not None and r.cells[mi].note]
 
+    prereg = built.spec.preregistered
+    confidence = CONFIDENCE if prereg is None else PREREGISTERED_CONFIDENCE
+
     def result(status, interval=None, estimate=None, reason="", at_floor=False):
         if left_out and status != NOT_RUN:
             reason = "; ".join([reason, *left_out] if reason else left_out)
-        return ClaimResult(claim, status, len(a), n_b, interval, estimate, reason, paper_diff, paper_agrees, at_floor)
+        return ClaimResult(claim, status, len(a), n_b, interval, estimate, reason, paper_diff, paper_agrees, at_floor,
+                           confidence)
 
     missing = [_why_missing(r, mi) for r, v in ((row_a, a), (row_b, b)) if r is not None and not v]
     if missing:
         return result(NOT_RUN, reason="; ".join(missing))
+    if prereg is not None:
+        short = [f"{r.spec.label} has {len(v)}" + (f" ({r.cells[mi].note})" if r.cells[mi].note else "")
+                 for r, v in ((row_a, a), (row_b, b)) if r is not None and len(v) < prereg.n]
+        if short:  # reading the table before its fixed n would be a look the pre-registration does not allow
+            return result(NOT_RUN, reason=f"pre-registered at {prereg.n} completed seeds per row, read only once all "
+                          f"are in: {'; '.join(short)}")
     estimate = sum(a) / len(a) - (b if row_b is None else sum(b) / len(b))
     floor = _below_trivial_baseline(built, mi, row_a, a, row_b, b)
-    unmet = "; ".join(x for x in (_unmet_requirements(built, claim), floor) if x)
+    early = "" if prereg is None else _before_preregistration(prereg.date, row_a, row_b)
+    unmet = "; ".join(x for x in (_unmet_requirements(built, claim), floor, early) if x)
     if unmet:
         return result(INCONCLUSIVE, estimate=estimate, reason=f"the runs do not test the claim: {unmet}",
                       at_floor=bool(floor))
     if len(a) < 2 or (row_b is not None and len(b) < 2):
         return result(INCONCLUSIVE, estimate=estimate, reason="fewer than 2 seeds in a row: no interval")
-    interval = welch_interval(a, b)
+    interval = welch_interval(a, b, confidence)
     if interval.df is None and claim.test in ("at_least", "at_most", "within"):
         # "a at least b" between two constants (both rows 0% in every seed) would read held with no evidence
         return result(INCONCLUSIVE, interval, estimate, reason="every seed of both rows gave the same number: no "
                       "spread to build an interval on, and equality of constants is not evidence of 'at least'")
     status = interval_status(interval, claim)
     reason = ""
-    if status == INCONCLUSIVE:
+    if status == INCONCLUSIVE and prereg is not None:
+        needed = seeds_to_decide(a, b, claim.claimed_range()[:2], confidence, fresh=True)
+        plan = f"about {needed}" if needed is not None else f"more than {SEEDS_LIMIT}"
+        reason = (f"the interval straddles an edge of the claimed range; read once as pre-registered: a new fixed-n "
+                  f"experiment of {plan} seeds per row would decide it if the means and spreads stayed as observed")
+    elif status == INCONCLUSIVE:
         needed = seeds_to_decide(a, b, claim.claimed_range()[:2])
         plan = f"about {needed}" if needed is not None else f"more than {SEEDS_LIMIT}"
         reason = (f"the interval straddles an edge of the claimed range; {plan} seeds per row would decide it if "
                   f"the means and spreads stayed as observed")
     return result(status, interval, estimate, reason)
+
+
+def _before_preregistration(date: str, *rows: RowResult | None) -> str:
+    """Which rows have a run created before the pre-registration date ('' when none): such a run was not part of
+    the experiment the spec fixed (a pilot, or a run that saw the result)."""
+    early = []
+    for row in rows:
+        if row is None:
+            continue
+        days = sorted(str(r.data.get("created") or "")[:10] for r in row.used)
+        if days and days[0] < date:  # ISO dates compare as text; a record without one ("") counts as early
+            early.append(f"{row.spec.label} has a run created {days[0] or 'at an unrecorded time'}")
+    return f"{'; '.join(early)}, before the pre-registration date {date}" if early else ""
 
 
 def _below_trivial_baseline(built: BuiltTable, mi: int, row_a: RowResult, a: list[float], row_b: RowResult | None,

@@ -22,6 +22,10 @@ Spec format (all keys but ``title``, ``metrics`` and ``rows`` optional)::
       - label: Transformer
         paper_row: Transformer
         match: {model.attention: vanilla, model.recurrence: stacked}  # or {experiment: <preset>}
+    preregistered:                        # fixed before any published run: read once, at n seeds, at 95%
+      date: 2026-12-06                    # the day the spec was fixed (runs created before it do not count)
+      seeds: 8                            # n (each row's n lowest seeds), or the list of seeds
+      sizing: two pilot seeds (101, 102), never published, gave sd 0.4; n = 8 resolves a 1-point margin
 
 Match values compare equal to the record field named by a dotted path; a list means any of; a string with
 ``*`` or ``?`` is a glob.
@@ -42,6 +46,7 @@ as T5 averages GLUE)::
 
 from __future__ import annotations
 
+import datetime
 import math
 import os
 from collections.abc import Mapping
@@ -175,6 +180,27 @@ class GpuSpec:
 
 
 @dataclass
+class PreregisteredSpec:
+    """A table fixed before any of its published seeds ran: it is read once, at a fixed n, at 95%.
+
+    ``seeds``: the listed seeds (n = how many), or None when the spec gives only n: then each row's n lowest seeds
+    are read, whatever their status (a failed low seed is never swapped for a later completed one). Seeds beyond
+    them are never read; a claim waits ("not run") until every one of its rows has all n completed. ``date``: the
+    day the spec was fixed; a run created before it is not part of the pre-registered experiment. ``sizing``: how
+    n and the margins were chosen (pilot seeds that are never published).
+    """
+
+    date: str  # YYYY-MM-DD
+    n: int
+    seeds: tuple[int, ...] | None
+    sizing: str
+
+    def describe(self) -> str:
+        which = f"seeds {', '.join(map(str, self.seeds))}" if self.seeds else f"the {self.n} lowest seeds"
+        return f"Pre-registered {self.date}: {self.n} seeds per row ({which}), read once; sizing: {self.sizing}"
+
+
+@dataclass
 class TableSpec:
     name: str
     title: str
@@ -194,6 +220,7 @@ class TableSpec:
     # never from a paper table's runs, nor the reverse; probe_of names the experiments folder it probes.
     kind: str = "paper"
     probe_of: str | None = None
+    preregistered: PreregisteredSpec | None = None  # fixed before its runs: one look at n seeds, 95%
 
     @property
     def claims_group(self) -> str | None:
@@ -205,7 +232,7 @@ class TableSpec:
 
 
 _SPEC_KEYS = {"title", "paper", "table", "data", "match", "notes", "metrics", "rows", "claims", "laptop", "gpu", "kind",
-              "probe_of"}
+              "probe_of", "preregistered"}
 KINDS = ("paper", "probe")
 PROBE_PREFIX = "probes/"  # experiment names of probe presets start with it
 _CLAIM_KEYS = {"claim", "source", "metric", "a", "b", "test", "margin", "requires", "caveat"}
@@ -217,6 +244,7 @@ _METRIC_KEYS = {
     "mean_of", "trivial",
 }  # fmt: skip
 _TRIVIAL_KEYS = {"baseline", "margin"}
+_PREREGISTERED_KEYS = {"date", "seeds", "sizing"}
 _ROW_KEYS = {"label", "match", "paper_row"}
 
 
@@ -333,6 +361,7 @@ def spec_from_dict(data: Any, name: str, where: str = "spec") -> TableSpec:
         gpu=_gpu(data.get("gpu"), where),
         kind=kind,
         probe_of=data.get("probe_of"),
+        preregistered=_preregistered(data.get("preregistered"), where),
     )
 
 
@@ -416,13 +445,49 @@ def _requirements(items: Any, rows: list[str], where: str) -> list[Requirement]:
     return out
 
 
+def _mapping_block(data: Any, where: str, block: str, keys: set[str], needs: str) -> str:
+    """Check that a spec block is a mapping with only ``keys``; where its messages point."""
+    w = f"{where}: {block}"
+    if not isinstance(data, Mapping):
+        raise SpecError(f"{w}: needs a mapping with {needs}")
+    _unknown(w, data, keys)
+    return w
+
+
+def _preregistered(data: Any, where: str) -> PreregisteredSpec | None:
+    if data is None:
+        return None
+    w = _mapping_block(data, where, "preregistered", _PREREGISTERED_KEYS,
+                       "date (YYYY-MM-DD), seeds (a list, or n) and sizing (text)")
+    day = data.get("date")
+    # The safe loader reads an unquoted 2026-12-06 as a date; a quoted one stays text and must parse the same.
+    text = day.isoformat() if isinstance(day, datetime.date) and not isinstance(day, datetime.datetime) else day
+    try:
+        if not isinstance(text, str) or datetime.date.fromisoformat(text).isoformat() != text:
+            raise ValueError
+    except ValueError as exc:
+        raise SpecError(f"{w}: date must be the day the spec was fixed, YYYY-MM-DD (got {day!r})") from exc
+    seeds = data.get("seeds")
+    if _is_number(seeds, int):
+        listed, n = None, int(seeds)
+    elif isinstance(seeds, list) and all(_is_number(s, int) for s in seeds):
+        if len(set(seeds)) != len(seeds):
+            raise SpecError(f"{w}: seeds lists a seed twice")
+        listed, n = tuple(sorted(seeds)), len(seeds)
+    else:
+        raise SpecError(f"{w}: seeds must be a list of whole numbers or a whole number n (got {seeds!r})")
+    if n < 2:
+        raise SpecError(f"{w}: seeds must give at least 2 seeds per row (an interval needs two)")
+    sizing = data.get("sizing")
+    if not isinstance(sizing, str) or not sizing.strip():
+        raise SpecError(f"{w}: sizing must say how n and the margins were chosen (pilot seeds never published)")
+    return PreregisteredSpec(date=text, n=n, seeds=listed, sizing=" ".join(sizing.split()))
+
+
 def _trivial(data: Any, is_mean: bool, where: str) -> TrivialSpec | None:
     if data is None:
         return None
-    w = f"{where}: trivial"
-    if not isinstance(data, Mapping):
-        raise SpecError(f"{w}: needs a mapping with baseline (a name in attnlab.tasks.trivial) and margin")
-    _unknown(w, data, _TRIVIAL_KEYS)
+    w = _mapping_block(data, where, "trivial", _TRIVIAL_KEYS, "baseline (a name in attnlab.tasks.trivial) and margin")
     margin = data.get("margin")
     if not _is_number(margin) or margin < 0:
         raise SpecError(f"{w}: margin must be a number >= 0 in the column's shown units")

@@ -30,6 +30,9 @@ OVERALL_ERROR = 0.05
 POCOCK_NOMINAL = {1: 0.05, 2: 0.0294}  # looks -> the nominal two-sided level of every look
 LOOKS = (3, 5)  # the seed counts at which claims are read
 CONFIDENCE = 1 - POCOCK_NOMINAL[len(LOOKS)]
+# A pre-registered table (spec ``preregistered:``) fixes n before its runs and is read once: no optional stopping,
+# so its single look is at the plain two-sided 95%.
+PREREGISTERED_CONFIDENCE = 1 - OVERALL_ERROR
 
 
 @dataclass
@@ -75,11 +78,12 @@ SEEDS_LIMIT = 50  # beyond this a laptop table does not plan seeds: "more than 5
 
 
 def seeds_to_decide(a: Sequence[float], b: Sequence[float] | float, edges: Sequence[float],
-                    confidence: float = CONFIDENCE, limit: int = SEEDS_LIMIT) -> int | None:
+                    confidence: float = CONFIDENCE, limit: int = SEEDS_LIMIT, fresh: bool = False) -> int | None:
     """Seeds per row at which the Welch interval of ``mean(a) - mean(b)`` would be narrower than the distance from
     the estimate to the nearest finite edge of a claim's range, if the means and sample variances stayed as
     observed: a planning estimate for an inconclusive claim, not a result. ``None`` when no number of seeds up to
-    ``limit`` would (or the estimate sits on an edge)."""
+    ``limit`` would (or the estimate sits on an edge). ``fresh``: the n of a new fixed-n experiment (from 2 up),
+    not more seeds added to these (from one beyond the seeds there are)."""
     from scipy.stats import t as student_t
 
     one_sample = isinstance(b, (int, float))
@@ -89,7 +93,7 @@ def seeds_to_decide(a: Sequence[float], b: Sequence[float] | float, edges: Seque
     if distance == 0:
         return None
     var_a, var_b = statistics.variance(a), 0.0 if one_sample else statistics.variance(b)
-    start = max(len(a), 1 if one_sample else len(b)) + 1
+    start = 2 if fresh else max(len(a), 1 if one_sample else len(b)) + 1
     for n in range(start, limit + 1):
         se2 = (var_a + var_b) / n
         if se2 == 0:

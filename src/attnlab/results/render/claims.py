@@ -11,11 +11,13 @@ from attnlab.results.claims import (
     INCONCLUSIVE,
     NOT_HELD,
     NOT_RUN,
+    PREREGISTERED_RULE,
     RULE,
     ClaimResult,
     evaluate_claims,
     fmt_estimate,
     fmt_interval,
+    rule_text,
 )
 from attnlab.results.render.common import md_escape, total_wall_s
 from attnlab.results.stats import CONFIDENCE
@@ -50,12 +52,15 @@ def claims_section(built: BuiltTable) -> list[str]:
     results = evaluate_claims(built)
     if not results:
         return []
-    return ["## Claims", "", RULE, "", *_claims_table(built, results)]
+    return ["## Claims", "", rule_text(built.spec), "", *_claims_table(built, results)]
 
 
 def _claims_table(built: BuiltTable, results: Sequence[ClaimResult]) -> list[str]:
     """The results as a markdown table, then each claim's source sentence."""
-    lines = ["| " + " | ".join(HEADER) + " |", "|" + "|".join(["---"] * len(HEADER)) + "|"]
+    header = HEADER
+    if built.spec.preregistered is not None:  # read once at its own level, not the two-look one
+        header = [*HEADER[:4], f"{results[0].confidence:.0%} interval", *HEADER[5:]]
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join(["---"] * len(header)) + "|"]
     lines += ["| " + " | ".join(md_escape(c) for c in _line(built, r)) + " |" for r in results]
     lines.append("")
     lines += [f"- {md_escape(r.spec.claim)}: {md_escape(r.spec.source)}" for r in results]
@@ -83,11 +88,15 @@ def render_claims_overview(built_tables: Sequence[BuiltTable]) -> str:
         f"a paper's argument predicts, not its tables): {tally('probe')}.",
         "",
     ]
+    if any(b.spec.preregistered is not None for b, _ in per_table):
+        lines[6:6] = [PREREGISTERED_RULE, ""]
     for built, results in per_table:
         if not results:
             continue
         kind = "Probe" if built.spec.kind == "probe" else "Table"
         where = f"{kind} `{built.spec.name}` (`results/{built.spec.name}.md`)."
+        if built.spec.preregistered is not None:
+            where += f" {built.spec.preregistered.describe()}."
         lines += [f"## {md_escape(built.spec.title)}", "", where, "", *_claims_table(built, results)]
     no_claims = [b.spec.name for b, results in per_table if not results]
     if no_claims:
@@ -123,7 +132,8 @@ def render_paper_claims(built_tables: Sequence[BuiltTable], paper: str) -> str:
         d = _digits(built, r)
         ours = "—" if r.estimate is None else fmt_estimate(r.estimate, d)
         if r.interval is not None:
-            ours += f" ({fmt_interval(r, d)})"
+            level = f" at {r.confidence:.0%}" if built.spec.preregistered is not None else ""
+            ours += f" ({fmt_interval(r, d)}{level})"
         paper_diff = ("a probe" if built.spec.kind == "probe" else
                       "not published" if r.paper_difference is None else f"{r.paper_difference:+.{d}f}")
         cells = [f"`{built.spec.name}`", r.spec.claim, ours, paper_diff, result_text(r)]
