@@ -94,9 +94,13 @@ check-tables: $(STAMP) ## Fail unless every committed table, results/CLAIMS.md a
 publish-runs: $(STAMP) ## Copy the records of finished preset runs (RUNS=runs) into results/runs for committing
 	$(BIN)/python -m attnlab.results.publish $(RUNS) $(PUBLISHED)
 
-rerun: $(STAMP) ## Rerun one published run (RECORD=results/runs/<experiment>/s<seed>-<hash>) with its recorded command; compare with its cell's spread
-	@test -n "$(RECORD)" || { echo "error: give the record to rerun, e.g. make rerun RECORD=results/runs/ut/table4/transformer_copy/s1-<hash>" >&2; exit 2; }
-	$(BIN)/python -m attnlab.results.rerun $(RECORD) --published $(PUBLISHED)
+# A make variable as one shell word: single-quoted, its own single quotes closed, escaped and reopened (a
+# RECORD path with a space, a quote or a $ reaches the command as it was given).
+shell_quote = '$(subst ','\'',$(1))'
+
+rerun: $(STAMP) ## Rerun one published run (RECORD=results/runs/<experiment>/s<seed>-<hash>) with its recorded command; compare with its cell's spread (RERUN_ARGS: your own overrides, e.g. ones the record is not trusted with)
+	@test -n $(call shell_quote,$(RECORD)) || { echo "error: give the record to rerun, e.g. make rerun RECORD=results/runs/ut/table4/transformer_copy/s1-<hash>" >&2; exit 2; }
+	$(BIN)/python -m attnlab.results.rerun --published $(call shell_quote,$(PUBLISHED)) -- $(call shell_quote,$(RECORD)) $(RERUN_ARGS)
 
 clean: ## Remove the virtual environment and caches (runs/ and results/ stay)
 	rm -rf $(VENV) .pytest_cache .ruff_cache

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import stat
 import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -107,24 +108,54 @@ def _refuse_damaged(path: Path, only: tuple[str, ...]) -> dict:
     return data
 
 
+def _already_published(dest: Path) -> dict | None:
+    """The finished record already published at ``dest``, if there is a readable one."""
+    try:
+        data = load_json(dest / RECORD_FILENAME)
+    except RecordError:
+        return None
+    finished = isinstance(data, dict) and data.get("status") in _STATUS_RANK and not validate_record(data)
+    return data if finished else None
+
+
 def _preference(record: dict) -> tuple[int, str]:
     """Smaller is preferred: completed before failed, then the newest."""
     created = str(record.get("created") or "")
     return _STATUS_RANK[record["status"]], "".join(chr(0x10FFFF - ord(c)) for c in created)
 
 
+def _inside_bytes(run_dir: Path, path: Path) -> bytes | None:
+    """The bytes of ``path`` when it is a regular file inside ``run_dir`` (a link is followed only while it
+    stays inside); None for something else there (a FIFO, a socket). A link that leaves the run folder is
+    refused: the published tree is committed, and a planted link to a private key must not carry it along."""
+    target = path.resolve()
+    if not target.is_relative_to(run_dir.resolve()):
+        raise PublishError(f"{path}: a link out of the run folder (to {target}); publish copies only the run's own "
+                           "files: replace the link with the file or delete it")
+    if not stat.S_ISREG(target.stat().st_mode):
+        return None
+    return target.read_bytes()
+
+
 def _artifacts(run_dir: Path) -> dict[str, bytes]:
     """Relative path -> bytes of the files that travel with a record, checked against the size cap."""
     files: dict[str, bytes] = {}
     for rel in PUBLISHED_FILES:
-        if (run_dir / rel).is_file():
-            files[rel] = (run_dir / rel).read_bytes()
+        if (run_dir / rel).exists():
+            content = _inside_bytes(run_dir, run_dir / rel)
+            if content is not None:
+                files[rel] = content
     for folder in PUBLISHED_DIRS:
         root = run_dir / folder
         if not root.is_dir():
             continue
-        for path in sorted(p for p in root.rglob("*") if p.is_file()):
-            files[path.relative_to(run_dir).as_posix()] = path.read_bytes()
+        _inside_bytes(run_dir, root)  # the folder itself may be a link out
+        for path in sorted(root.rglob("*")):
+            if path.is_dir() and not path.is_symlink():
+                continue
+            content = _inside_bytes(run_dir, path)
+            if content is not None:
+                files[path.relative_to(run_dir).as_posix()] = content
         size = sum(len(b) for k, b in files.items() if k.startswith(folder + "/"))
         if size > MAX_ARTIFACT_BYTES:
             raise PublishError(
@@ -157,13 +188,16 @@ def publish_runs(
                 left_out.add(str(data["experiment"]))
             continue
         dest = destination_for(data, dest_root)
+        kept = _already_published(dest)
+        if kept is not None and _preference(kept) < _preference(data):
+            continue  # "completed wins" across publish calls: a later failed attempt never replaces the result
         if dest in seen:
             # Two runs of one config and seed: keep the completed one, then the newer (as the table chooses).
             if _preference(load_json(seen[dest])) <= _preference(data):
                 continue
             plan = [p for p in plan if p[1] != dest]
         seen[dest] = path
-        files = {RECORD_FILENAME: path.read_bytes(), **_artifacts(path.parent)}
+        files = {RECORD_FILENAME: _inside_bytes(path.parent, path) or b"", **_artifacts(path.parent)}
         plan.append((path, dest, files))
     if only and not plan and left_out:
         # A table's name (ut/table5_reverse) is not an experiment prefix (ut/table5/ut_reverse): say so rather
@@ -179,7 +213,9 @@ def publish_runs(
         changed = {dest / rel: content for rel, content in files.items() if not _same(dest / rel, content)}
         to_write.update(changed)
         published.append(Published(source, dest, bool(changed)))
-    write_files_atomically(to_write)
+    # Each record is renamed into place after its config and artifacts: a publish killed between renames leaves
+    # no record beside a config it does not belong to (the next publish completes it).
+    write_files_atomically(dict(sorted(to_write.items(), key=lambda item: item[0].name == RECORD_FILENAME)))
     return published
 
 

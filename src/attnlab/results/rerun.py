@@ -15,7 +15,13 @@ It also checks that the rerun resolved the same configuration (equal config hash
 changed since the record was made shows up there before it shows up in the numbers.
 
     python -m attnlab.results.rerun results/runs/ut/table5/transformer_copy/s1-<hash> [--published results/runs]
-    make rerun RECORD=results/runs/ut/table5/transformer_copy/s1-<hash>
+    make rerun RECORD=results/runs/ut/table5/transformer_copy/s1-<hash> [RERUN_ARGS='key=value ...']
+
+The recorded command is data: overrides that could run code (``plugins``, ``hydra.*`` such as
+``hydra.searchpath`` and launchers, anything with ``_target_``, flags such as ``--config-dir``), write
+elsewhere (``paths.run_dir``) or read this machine's environment or files (``${oc.env:...}``) are refused
+unless the rerunning user passes them again; the record's own run, sweep and runs folders are replaced by
+``--out``.
 
 Exit status: 0 when every compared metric is identical to the record or inside the cell's mean +- std, 1 when
 one is outside, 2 for bad input (one line on stderr). Like the rest of ``results/``, this imports neither torch
@@ -138,16 +144,56 @@ def cell_records(record_path: Path, data: Mapping[str, Any], published: Path) ->
     return [by_seed[s] for s in sorted(by_seed, key=str)]
 
 
-def rerun_command(command: str, out_dir: Path, train_executable: str | None = None) -> list[str]:
-    """The recorded command as an argv: its runs folder replaced by ``out_dir``, the trainer of this environment."""
+# What a recorded command cannot be trusted with (a record is data, and may come from anyone): code to
+# import (plugins, config search paths, launchers, Hydra callbacks, anything built through _target_),
+# folders to write to, and interpolations that read this machine's environment. Keys are matched after any
+# leading "+", "++" or "~".
+_UNTRUSTED_KEYS = ("plugins", "hydra", "paths.run_dir", "paths.results_dir")
+_UNTRUSTED_TEXT = ("_target_", "oc.env", "oc.decode", "hydra:")
+# The rerun writes where it is told (``out_dir``): the record's own folders are replaced, not refused.
+_REPLACED_KEYS = ("paths.runs_dir", "hydra.run.dir", "hydra.sweep.dir", "hydra.sweep.subdir")
+
+
+def _key(token: str) -> str:
+    return token.split("=", 1)[0].lstrip("+~")
+
+
+def _is_untrusted(token: str) -> bool:
+    key = _key(token)
+    if token.startswith("-") or "=" not in token:
+        return True  # a flag (--config-dir, -cp, --cfg) or a bare word: nothing a rerun needs from a record
+    if any(key == k or key.startswith((k + ".", k + "/")) for k in _UNTRUSTED_KEYS):
+        return True
+    return any(text in token for text in _UNTRUSTED_TEXT)
+
+
+def recorded_overrides(command: str, overrides: Sequence[str] = ()) -> list[str]:
+    """The recorded command's overrides a rerun keeps: not its folders (the rerun chooses those), not a key the
+    rerunning user's ``overrides`` set again. One that could run code, write elsewhere or read the environment
+    is refused (RerunError naming them) unless ``overrides`` holds it again."""
     tokens = shlex.split(command)
     if not tokens or Path(tokens[0]).name != "attnlab-train":
         raise RerunError(f"the recorded command does not start with attnlab-train: {command!r}")
     if any(t in ("-m", "--multirun") for t in tokens[1:]):
         raise RerunError(f"the recorded command is a multirun, not one run: {command!r}")
-    args = [t for t in tokens[1:] if not t.startswith("paths.runs_dir=")]
-    args.append(f"paths.runs_dir={out_dir}")
-    return [train_executable or _trainer(), *args]
+    mine = {_key(t) for t in overrides if "=" in t}
+    recorded = [t for t in tokens[1:] if _key(t) not in _REPLACED_KEYS and _key(t) not in mine]
+    refused = [t for t in recorded if _is_untrusted(t) and t not in overrides]
+    if refused:
+        raise RerunError(
+            f"the recorded command holds overrides a record is not trusted with (code, folders or environment): "
+            f"{shlex.join(refused)}; pass them again on the rerun's command line (RERUN_ARGS=...) if you trust them"
+        )
+    return recorded
+
+
+def rerun_command(
+    command: str, out_dir: Path, train_executable: str | None = None, overrides: Sequence[str] = ()
+) -> list[str]:
+    """The recorded command as an argv: its runs folder replaced by ``out_dir``, the trainer of this environment,
+    then ``overrides`` (the rerunning user's own, trusted, and winning over the record's value of the same key)."""
+    recorded = recorded_overrides(command, overrides)
+    return [train_executable or _trainer(), *recorded, f"paths.runs_dir={out_dir}", *overrides]
 
 
 def _trainer() -> str:
@@ -232,16 +278,18 @@ def rerun_record(
     out_dir: str | os.PathLike | None = None,
     metrics: Sequence[str] = (),
     runner: Callable[[list[str]], int] | None = None,
+    overrides: Sequence[str] = (),
 ) -> tuple[list[str], bool]:
     """Rerun one record's command and compare; returns the report lines and whether every metric is inside."""
     path = _record_path(record)
     data = read_completed(path)
     recorded = comparable_metrics(data, metrics)
     cell = cell_records(path, data, Path(published))
+    recorded_overrides(str(data["command"]), overrides)  # a refusal comes before any folder is made
     out = Path(out_dir) if out_dir is not None else Path(tempfile.mkdtemp(prefix="attnlab-rerun-"))
     if out.exists() and find_records([out]):
         raise RerunError(f"{out} already holds run records: give an empty or new --out folder")
-    argv = rerun_command(str(data["command"]), out)
+    argv = rerun_command(str(data["command"]), out, overrides=overrides)
     print("running: " + shlex.join(argv), flush=True)
     code = (runner or _run)(argv)
     found = find_records([out]) if out.exists() else []
@@ -264,9 +312,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--published", default="results/runs", help="where the cell's other seeds are (results/runs)")
     parser.add_argument("--out", default=None, help="an empty folder for the rerun (default: a new temporary folder)")
     parser.add_argument("--metric", action="append", default=[], help="compare only this metric (repeatable)")
+    parser.add_argument(
+        "overrides", nargs="*", help="key=value overrides you trust, after the record's (make rerun RERUN_ARGS=...)"
+    )
     args = parser.parse_args(argv)
     try:
-        lines, ok = rerun_record(args.record, args.published, args.out, args.metric)
+        lines, ok = rerun_record(args.record, args.published, args.out, args.metric, overrides=args.overrides)
     except RerunError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

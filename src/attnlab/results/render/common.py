@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from attnlab.results.build import NOT_IN_PAPER, BuiltTable, Cell, PaperCell, diff_value
@@ -117,15 +118,43 @@ def source_lines(built: BuiltTable) -> list[tuple[str, list[str]]]:
                 what = f"seed {d.get('seed')}, {d.get('status')}, config {str(d.get('config_hash'))[:12]}"
                 if tag == "superseded":
                     what += ", superseded by a newer or better record of the same seed"
-                lines.append(f"`{rel(r.path)}` ({what}): `{d.get('command')}`")
+                lines.append(f"{md_code(rel(r.path))} ({md_escape(what)}): {md_code(d.get('command'))}")
         for c in row.corrupt:
-            lines.append(f"`{c.path}` (corrupt): {c.message}")
+            lines.append(f"{md_code(c.path)} (corrupt): {md_escape(c.message)}")
         out.append((row.spec.label, lines))
     return out
 
 
-def md_escape(text: str) -> str:
-    return str(text).replace("|", "\\|")
+# Characters that end a line, or that a terminal or renderer acts on, in some format a table lands in
+# (Markdown, TeX, CSV, a plot label): a text from a record shows them as escapes and stays on its line.
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+# CommonMark starts raw HTML (tags, comments, declarations, processing instructions) and autolinks only at a
+# "<" followed by a letter, "/", "!" or "?".
+_TAG_OPEN = re.compile(r"<(?=[A-Za-z/!?])")
+
+
+def visible_controls(text: object) -> str:
+    """``text`` on one line: each control or line-separator character shown as its escape (``\\n``, ``\\x00``),
+    so a newline or carriage return in a record can neither split a table row nor end a TeX comment."""
+    return _CONTROL.sub(lambda m: ascii(m.group())[1:-1], str(text))
+
+
+def md_escape(text: object) -> str:
+    """A record's or spec's text as literal Markdown inline text: on one line, no cell split (``|``), and no
+    raw HTML or autolink (a ``<`` that could open a tag, comment or link becomes ``&lt;``, so ``<script>`` or
+    ``<img onerror=...>`` is shown, never run; ``<= 5`` stays as it is)."""
+    return _TAG_OPEN.sub("&lt;", visible_controls(text).replace("|", "\\|"))
+
+
+def md_code(text: object) -> str:
+    """``text`` as one Markdown code span: fenced by more backticks than its longest run of them (CommonMark),
+    so a backtick inside cannot close the span and leave what follows live."""
+    text = visible_controls(text)
+    fence = "`" * (max((len(run) for run in re.findall("`+", text)), default=0) + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
 
 
 def rel(path: Path) -> str:

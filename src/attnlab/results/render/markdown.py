@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from attnlab.results.build import BuiltTable
 from attnlab.results.render.claims import claims_section
-from attnlab.results.render.common import header_and_rows, md_escape, source_lines
+from attnlab.results.render.common import header_and_rows, md_code, md_escape, source_lines
 
 
 def render_markdown(built: BuiltTable) -> str:
     header, body = header_and_rows(built)
-    lines = [f"# {built.spec.title}", "", f"Table `{built.spec.name}`. {built.caption}", ""]
+    title, caption = md_escape(built.spec.title), md_escape(built.caption)
+    lines = [f"# {title}", "", f"Table {md_code(built.spec.name)}. {caption}", ""]
     lines.append("| " + " | ".join(md_escape(h) for h in header) + " |")
     lines.append("|" + "|".join(["---"] + ["---:"] * (len(header) - 1)) + "|")
     for cells in body:
@@ -24,5 +25,5 @@ def render_markdown(built: BuiltTable) -> str:
         lines += [f"  - {s}" for s in srcs]
     if built.corrupt_unplaced:
         lines += ["", "## Corrupt run records (not placed in any row)", ""]
-        lines += [f"- {c.message}" for c in built.corrupt_unplaced]
+        lines += [f"- {md_escape(c.message)}" for c in built.corrupt_unplaced]
     return "\n".join(lines) + "\n"

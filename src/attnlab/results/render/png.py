@@ -13,9 +13,16 @@ import io
 import math
 
 from attnlab.results.build import BuiltTable, MetricSpec
+from attnlab.results.render.common import visible_controls
 
 PANELS_PER_ROW = 3
 PANEL_WIDTH_IN = 4.4
+
+
+def plot_text(text: object) -> str:
+    """A spec's or record's text as a literal plot label: matplotlib reads ``$...$`` as mathtext (an unbalanced
+    or unknown command there fails the whole figure), and a newline would stack lines over the panels."""
+    return visible_controls(text).replace("$", r"\$")
 
 
 def has_figure(built: BuiltTable) -> bool:
@@ -76,10 +83,10 @@ def _metric_panel(ax, built: BuiltTable, mi: int, m: MetricSpec, show_labels: bo
             x = v + s if not log else (v + s) * 1.15
             ax.text(x, y, f"  {label}", va="center", ha="left", fontsize=7)
     ax.set_yticks(ys)
-    ax.set_yticklabels([r.spec.label for r in built.rows] if show_labels else [""] * len(ys), fontsize=8)
+    ax.set_yticklabels([plot_text(r.spec.label) for r in built.rows] if show_labels else [""] * len(ys), fontsize=8)
     ax.set_ylim(len(ys) - 0.5, -0.5)
     better = "higher" if m.direction == "higher" else "lower"
-    ax.set_title(f"{m.label}\n({better} is better{', log scale' if log else ''})", fontsize=9)
+    ax.set_title(f"{plot_text(m.label)}\n({better} is better{', log scale' if log else ''})", fontsize=9)
     ax.tick_params(axis="x", labelsize=8)
 
 
@@ -91,15 +98,15 @@ def _cost_panel(ax, built: BuiltTable) -> None:
         cost = r.tokens_per_s if use_tps else r.wall_s
         if r.cells[0].kind == "ok" and cost is not None:
             ax.plot([cost.mean], [r.cells[0].stat.mean], "o", color="tab:blue")
-            ax.annotate(r.spec.label, (cost.mean, r.cells[0].stat.mean), fontsize=7, xytext=(4, 4),
+            ax.annotate(plot_text(r.spec.label), (cost.mean, r.cells[0].stat.mean), fontsize=7, xytext=(4, 4),
                         textcoords="offset points", annotation_clip=False)  # fmt: skip
             plotted = True
     if not plotted:
         ax.text(0.5, 0.5, "no completed runs\nwith cost data", ha="center", va="center", transform=ax.transAxes,
                 fontsize=8)  # fmt: skip
     ax.set_xlabel("tokens/s (higher is cheaper)" if use_tps else "wall time (s)", fontsize=8)
-    ax.set_ylabel(m0.label, fontsize=8)
-    ax.set_title(f"quality vs cost\n({m0.label})", fontsize=9)
+    ax.set_ylabel(plot_text(m0.label), fontsize=8)
+    ax.set_title(f"quality vs cost\n({plot_text(m0.label)})", fontsize=9)
     ax.tick_params(labelsize=8)
     ax.margins(0.3)
 
@@ -129,7 +136,7 @@ def render_png(built: BuiltTable) -> bytes:
     if any(p.kind == "value" for r in built.rows for p in r.paper):
         handles.append(Line2D([], [], marker="D", color="black", linestyle="", label="paper"))
     height = fig.get_figheight()  # title, then the legend, then the panels, at fixed inches from the top
-    fig.suptitle(built.spec.title, fontsize=10, y=1 - 0.12 / height, va="top")
+    fig.suptitle(plot_text(built.spec.title), fontsize=10, y=1 - 0.12 / height, va="top")
     fig.tight_layout(rect=(0, 0, 1, 1 - 0.75 / height))
     fig.legend(handles=handles, loc="upper center", ncol=len(handles), fontsize=8, frameon=False,
                bbox_to_anchor=(0.5, 1 - 0.38 / height))  # fmt: skip

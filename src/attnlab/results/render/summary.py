@@ -20,7 +20,7 @@ def render_summary(records: list[Loaded], corrupt: Sequence[Corrupt] = ()) -> st
     )
     header = ["run", "status", "experiment", "task", "attention", "recurrence", "seed", "scale", *names,
               "params", "tokens/s", "wall (s)"]  # fmt: skip
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines = ["| " + " | ".join(md_escape(h) for h in header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     for r in sorted(records, key=lambda r: str(r.path)):
         d = r.data
         final = d["metrics"]["final"]
@@ -40,7 +40,7 @@ def render_summary(records: list[Loaded], corrupt: Sequence[Corrupt] = ()) -> st
         cells = ["" if c is None else str(c) for c in cells]
         lines.append("| " + " | ".join(md_escape(c) for c in cells) + " |")
     for c in corrupt:
-        lines.append(f"\ncorrupt: {c.message}")
+        lines.append(f"\ncorrupt: {md_escape(c.message)}")
     if not records and not corrupt:
         return "no run records found\n"
     return "\n".join(lines) + "\n"

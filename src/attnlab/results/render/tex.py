@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from attnlab.results.build import BuiltTable
 from attnlab.results.claims import evaluate_claims
-from attnlab.results.render.common import header_and_rows, source_lines
+from attnlab.results.render.common import header_and_rows, source_lines, visible_controls
 
 _TEX = {
     "\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_", "{": r"\{",
@@ -14,8 +14,10 @@ _TEX = {
 }  # fmt: skip
 
 
-def tex_escape(text: str) -> str:
-    return "".join(_TEX.get(c, c) for c in str(text))
+def tex_escape(text: object) -> str:
+    """``text`` as literal TeX on one line: specials escaped, control characters shown as escapes (a blank
+    line from a record would end a paragraph inside the tabular; a carriage return would end a comment)."""
+    return "".join(_TEX.get(c, c) for c in visible_controls(text))
 
 
 def render_tex(built: BuiltTable) -> str:
@@ -42,5 +44,6 @@ def render_tex(built: BuiltTable) -> str:
         lines.append(f"\\par\\footnotesize {tex_escape(shown)}")
     lines.append("\\end{table}")
     for label, srcs in source_lines(built):
-        lines.append(f"% source {label}: " + (" | ".join(srcs) if srcs else "no run records").replace("\n", " "))
+        # A comment runs to the end of the line; the source lines carry no line break (visible_controls).
+        lines.append(f"% source {visible_controls(label)}: " + (" | ".join(srcs) if srcs else "no run records"))
     return "\n".join(lines) + "\n"
