@@ -80,6 +80,8 @@ RULES: dict[str, Rule] = {
     "ut/table1": Rule(group_by="task.variant", may_differ=("model.name", "model.recurrence", "model.recurrence.*")),
     # UT Tables 5-6 (Learning to Execute, per task variant): Table 4's tiny Transformer vs UT, only the recurrence.
     "ut/table5": Rule(group_by="task.variant", may_differ=("model.name", "model.recurrence", "model.recurrence.*")),
+    "ut/fixed_table5": Rule(group_by="task.variant",
+                            may_differ=("model.name", "model.recurrence", "model.recurrence.*")),
     "ut/table6": Rule(group_by="task.variant", may_differ=("model.name", "model.recurrence", "model.recurrence.*")),
     # UT Table 3 (LAMBADA): T2T transformer_base vs universal_transformer_base (fixed 6/8/9 steps, ACT): sizes,
     # dropout and T2T's width-scaled learning rate follow the model; no equal-size claim in the paper.
