@@ -67,6 +67,7 @@ RULES: dict[str, Rule] = {
     # Synthesizer Tables 2/6/7: one setup, only the attention (Table 2), the head count (Table 6) or the
     # synthesizing function (Table 7) changes; parameter counts differ by design (Table 2 prints them).
     "synthesizer/table2": Rule(group_by="task.name", may_differ=("model.attention", "model.attention.*")),
+    "synthesizer/fixed_table2": Rule(group_by="task.name", may_differ=("model.attention", "model.attention.*")),
     "synthesizer/table6": Rule(group_by="task.name", may_differ=("model.num_heads",)),
     "synthesizer/table7": Rule(group_by="task.name", may_differ=("model.attention.synthesizer_fn",)),
     # Synthesizer Tables 3-5 (summarization/dialogue; GLUE and SuperGLUE dev, trained from scratch here): per
