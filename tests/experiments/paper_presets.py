@@ -27,6 +27,8 @@ TABLES = {
     "ut/table3": "table3_lambada",
     "ut/table4": "table4_algorithmic",
     "ut/table5": "table5_lte_memorization",
+    "synthesizer/fixed_table2": "table2",  # pre-registered fixed-n test of Table 2 LM (D+V vs Transformer)
+    "ut/fixed_table5": "table5_lte_memorization",  # pre-registered fixed-n replication of Table 5 reverse
     "ut/table6": "table6_lte_program",
     "ut/table7": "table7_wmt14_ende",
     "qknorm/table1": "table_main_bleu",

@@ -67,6 +67,7 @@ RULES: dict[str, Rule] = {
     # Synthesizer Tables 2/6/7: one setup, only the attention (Table 2), the head count (Table 6) or the
     # synthesizing function (Table 7) changes; parameter counts differ by design (Table 2 prints them).
     "synthesizer/table2": Rule(group_by="task.name", may_differ=("model.attention", "model.attention.*")),
+    "synthesizer/fixed_table2": Rule(group_by="task.name", may_differ=("model.attention", "model.attention.*")),
     "synthesizer/table6": Rule(group_by="task.name", may_differ=("model.num_heads",)),
     "synthesizer/table7": Rule(group_by="task.name", may_differ=("model.attention.synthesizer_fn",)),
     # Synthesizer Tables 3-5 (summarization/dialogue; GLUE and SuperGLUE dev, trained from scratch here): per
@@ -80,6 +81,8 @@ RULES: dict[str, Rule] = {
     "ut/table1": Rule(group_by="task.variant", may_differ=("model.name", "model.recurrence", "model.recurrence.*")),
     # UT Tables 5-6 (Learning to Execute, per task variant): Table 4's tiny Transformer vs UT, only the recurrence.
     "ut/table5": Rule(group_by="task.variant", may_differ=("model.name", "model.recurrence", "model.recurrence.*")),
+    "ut/fixed_table5": Rule(group_by="task.variant",
+                            may_differ=("model.name", "model.recurrence", "model.recurrence.*")),
     "ut/table6": Rule(group_by="task.variant", may_differ=("model.name", "model.recurrence", "model.recurrence.*")),
     # UT Table 3 (LAMBADA): T2T transformer_base vs universal_transformer_base (fixed 6/8/9 steps, ACT): sizes,
     # dropout and T2T's width-scaled learning rate follow the model; no equal-size claim in the paper.
