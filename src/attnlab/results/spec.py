@@ -140,6 +140,10 @@ class ClaimSpec:
     margin: float = 0.0
     requires: list[Requirement] = field(default_factory=list)  # preconditions on the runs (else inconclusive)
     caveat: str = ""  # what else differs between the rows (a confound), printed beside the verdict
+    # Independent test items behind one run's number (sequences, not the answers within one): where every seed of
+    # the compared rows sits at the ceiling (100%), the exact binomial bound over the pooled items decides the claim
+    # instead of a zero-width interval (attnlab.results.claims).
+    items: int | None = None
 
     def claimed_range(self) -> tuple[float, float, bool, bool]:
         return CLAIM_TESTS[self.test](self.margin)
@@ -235,7 +239,7 @@ _SPEC_KEYS = {"title", "paper", "table", "data", "match", "notes", "metrics", "r
               "probe_of", "preregistered"}
 KINDS = ("paper", "probe")
 PROBE_PREFIX = "probes/"  # experiment names of probe presets start with it
-_CLAIM_KEYS = {"claim", "source", "metric", "a", "b", "test", "margin", "requires", "caveat"}
+_CLAIM_KEYS = {"claim", "source", "metric", "a", "b", "test", "margin", "requires", "caveat", "items"}
 _REQUIRE_KEYS = {"row", "field", "at_most", "at_least"}
 _LAPTOP_KEYS = {"protocol", "per_run_s", "runs"}
 _GPU_KEYS = {"protocol", "per_run_s", "device"}
@@ -397,6 +401,9 @@ def _claims(items: Any, metrics: list[MetricSpec], rows: list[str], where: str) 
         if c["test"] == "within" and margin == 0:
             raise SpecError(f"{w}: a 'within' claim needs a margin > 0")
         requires = _requirements(c.get("requires"), rows, w)
+        items = c.get("items")
+        if items is not None and (not _is_number(items, int) or items < 1):
+            raise SpecError(f"{w}: items must be the whole number of independent test items behind one run (>= 1)")
         out.append(
             ClaimSpec(
                 requires=requires,
@@ -408,6 +415,7 @@ def _claims(items: Any, metrics: list[MetricSpec], rows: list[str], where: str) 
                 test=str(c["test"]),
                 margin=float(margin),
                 caveat=str(c.get("caveat") or ""),
+                items=items,
             )
         )
     return out

@@ -20,7 +20,7 @@ from attnlab.results.claims import (
     rule_text,
 )
 from attnlab.results.render.common import md_escape, total_wall_s
-from attnlab.results.stats import CONFIDENCE
+from attnlab.results.stats import CONFIDENCE, OVERALL_ERROR
 
 HEADER = ["Claim", "Test", "n (a, b)", "Ours a − b", f"{CONFIDENCE:.2%} interval", "Paper a − b", "Result"]
 
@@ -42,9 +42,27 @@ def _line(built: BuiltTable, r: ClaimResult) -> list[str]:
 
 
 def result_text(r: ClaimResult) -> str:
-    """The verdict, why (when not decided) and the claim's caveat (a confound the verdict carries)."""
-    return (f"**{r.status}**" + (f" ({r.reason})" if r.reason else "")
+    """The verdict, why (when not decided), whether it survives Holm within its table, and the claim's caveat (a
+    confound the verdict carries)."""
+    holm = "; not after Holm within this table" if r.survives_holm is False else ""
+    return (f"**{r.status}**" + (f" ({r.reason}{holm})" if r.reason else f" ({holm[2:]})" if holm else "")
             + (f"; caveat: {r.spec.caveat}" if r.spec.caveat and r.status != NOT_RUN else ""))
+
+
+def multiplicity(results: Sequence[ClaimResult]) -> str:
+    """What the count of decided claims is worth when many are read at once: how many false decisions the rule
+    would make on average if no claim were true, and how many decided claims survive Holm within their table."""
+    read = [r for r in results if r.p_value is not None]
+    decided = [r for r in read if r.status in (HELD, NOT_HELD)]
+    # Each read claim errs at most OVERALL_ERROR of the time when its difference sits on the claim's edge (the
+    # least favourable truth): the expected number of false decisions is at most that times the claims read.
+    expected = OVERALL_ERROR * len(read)
+    survive = sum(bool(r.survives_holm) for r in decided)
+    return (f"Multiplicity: {len(read)} claims were read with an interval; if none of them were true (each "
+            f"difference on its claim's edge), the rule would still decide about {expected:.1f} of them "
+            f"({OVERALL_ERROR:.0%} each). Of the {len(decided)} decided, {survive} survive Holm's correction "
+            "within their table (family: the table's claims read with an interval, at its per-look level); the "
+            "others say \"not after Holm\".")
 
 
 def claims_section(built: BuiltTable) -> list[str]:
@@ -86,6 +104,8 @@ def render_claims_overview(built_tables: Sequence[BuiltTable]) -> str:
         "",
         f"Paper tables: {tally('paper')}. Mechanism probes (`experiments/probes/`, generated tasks that test what "
         f"a paper's argument predicts, not its tables): {tally('probe')}.",
+        "",
+        multiplicity([r for _, results in per_table for r in results]),
         "",
     ]
     if any(b.spec.preregistered is not None for b, _ in per_table):
