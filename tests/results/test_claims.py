@@ -366,3 +366,51 @@ def test_decided_claims_that_fail_holm_say_so_and_multiplicity_is_stated(workspa
 def test_a_claims_items_must_be_a_whole_number_of_test_items(items):
     with pytest.raises(SpecError, match="items must be the whole number"):
         spec_from_dict({**SPEC, "claims": [{**_claim("x", "within", margin=1.0), "items": items}]}, "toy/t1")
+
+
+def test_a_requirement_on_the_gain_over_an_order_free_floor(workspace, put_record):
+    # Issue 53 (BigBird Table 10): bits/token in order against the same blocks shuffled; a row that scores the
+    # same both ways reads no word order, and a claim about more context says nothing about it.
+    def rows(gain_ut: float) -> None:
+        for recurrence, base in (("stacked", 0.50), ("ut", 0.30)):
+            for seed in range(3):
+                loss = base + seed / 100
+                gain = gain_ut if recurrence == "ut" else 0.2
+                put_record(f"{recurrence}-{seed}", seed=seed, **{"model.recurrence": recurrence, "metrics.final": {
+                    "test/seq_acc": loss, "test/bits": loss, "test/bits_shuffled": loss + gain}})  # fmt: skip
+
+    uses_order = {"field": "metrics.final.test/bits_shuffled", "minus": "metrics.final.test/bits", "at_least": 0.05}
+    claim = {**_claim("ut lower", "less", a="UT", b="Transformer"),
+             "requires": [{**uses_order, "row": "UT"}, {**uses_order, "row": "Transformer"}]}
+    rows(0.004)
+    result = _evaluate(workspace, [claim])["ut lower"]
+    assert result.status == INCONCLUSIVE
+    assert ("UT: metrics.final.test/bits_shuffled − metrics.final.test/bits >= 0.05 needed, a run has 0.004"
+            in result.reason) and "Transformer" not in result.reason.split("the runs do not test the claim: ")[1]
+    rows(0.3)
+    assert _evaluate(workspace, [claim])["ut lower"].status == HELD
+    for seed in range(3):  # a record without the floor's field does not meet it
+        put_record(f"ut-{seed}", seed=seed, **{"model.recurrence": "ut", "metrics.final": {"test/seq_acc": 0.3}})
+    result = _evaluate(workspace, [claim])["ut lower"]
+    assert "UT runs do not record metrics.final.test/bits_shuffled and metrics.final.test/bits" in result.reason
+    with pytest.raises(SpecError, match="minus must name a dotted record field"):
+        spec_from_dict({**SPEC, "claims": [{**claim, "requires": {**uses_order, "row": "UT", "minus": 3}}]}, "toy/t1")
+
+
+def test_a_claim_counted_in_another_table_is_shown_but_not_counted(workspace, put_record):
+    from attnlab.results.render.claims import render_claims_overview, render_paper_claims
+
+    _seeds(put_record, "stacked", [0.30, 0.31, 0.32])
+    _seeds(put_record, "ut", [0.50, 0.51, 0.52])
+    claims = [_claim("ut above", "greater"), {**_claim("ut above again", "greater"), "counted_in": "toy/t5_path"}]
+    spec = {**SPEC, "claims": claims}
+    (workspace / "experiments" / "toy" / "t1.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
+    records, _ = load_records([workspace / "runs"])
+    built = build_table(load_spec("toy/t1", workspace / "experiments"), records, load_paper_tables())
+    overview = render_claims_overview([built])
+    assert "Paper tables: 1 claims: 1 held, 0 not held" in overview
+    assert "**held** (counted once, under `toy/t5_path`)" in overview
+    assert "1 claims: 1 held" in render_paper_claims([built], "toy")
+    for bad in ("t5_path", "toy/", 3):
+        with pytest.raises(SpecError, match="counted_in must name a table"):
+            spec_from_dict({**SPEC, "claims": [{**claims[1], "counted_in": bad}]}, "toy/t1")

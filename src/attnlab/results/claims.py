@@ -31,6 +31,7 @@ interval): a claim the paper's table contradicts is an encoding error, which the
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from attnlab.results.build import BuiltTable, RowResult, get_field, run_values
@@ -328,15 +329,25 @@ def _unmet_requirements(built: BuiltTable, claim: ClaimSpec) -> str:
 def _row_shortfall(built: BuiltTable, label: str, req: Requirement) -> str:
     """How the runs of one row miss a requirement ('' when every run meets it)."""
     row = next(r for r in built.rows if r.spec.label == label)
-    values = [get_field(r.data, req.field) for r in row.used]
-    numbers = [v for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)]
-    if len(numbers) < len(values) or not values:
-        return f"{label} runs do not record {req.field}"
+    fields = [req.field] if req.minus is None else [req.field, req.minus]
+    per_run = [[get_field(r.data, f) for f in fields] for r in row.used]
+    if not per_run or not all(_is_real(v) for run in per_run for v in run):
+        return f"{label} runs do not record {' and '.join(fields)}"
+    numbers = [run[0] - (run[1] if req.minus is not None else 0.0) for run in per_run]
     worst = max(numbers) if req.at_most is not None else min(numbers)
     if (req.at_most is not None and worst > req.at_most) or (req.at_least is not None and worst < req.at_least):
         short = f"a run has {worst:.3g}"
         return f"{req.describe()} needed, {short}" if len(req.rows) == 1 else f"{label}: {short}"
     return ""
+
+
+def counted(results: Sequence[ClaimResult]) -> list[ClaimResult]:
+    """The claims that count in tallies: a claim that another table counts (``counted_in``) is shown, not counted."""
+    return [r for r in results if r.spec.counted_in is None]
+
+
+def _is_real(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def evaluate_claims(built: BuiltTable) -> list[ClaimResult]:

@@ -118,10 +118,14 @@ class Requirement:
     field: str  # a dotted record field, e.g. extra.attention_coverage.attended_fraction_mean
     at_most: float | None = None
     at_least: float | None = None
+    # another field of the same record subtracted from ``field`` before the bound: e.g. the order-free score
+    # (bits on shuffled blocks) minus the score in order, so the bound says how much a row gains from word order
+    minus: str | None = None
 
     def describe(self) -> str:
         bound = f"<= {self.at_most:g}" if self.at_most is not None else f">= {self.at_least:g}"
-        return f"{' or '.join(self.rows)}: {self.field} {bound}"
+        what = self.field if self.minus is None else f"{self.field} − {self.minus}"
+        return f"{' or '.join(self.rows)}: {what} {bound}"
 
 
 @dataclass
@@ -144,6 +148,9 @@ class ClaimSpec:
     # the compared rows sits at the ceiling (100%), the exact binomial bound over the pooled items decides the claim
     # instead of a zero-width interval (attnlab.results.claims).
     items: int | None = None
+    # the table that counts this claim (the same claim of the same paper table, read another way: Synthesizer
+    # Tables 4-5 from scratch and through the T5 path); shown here, counted once there
+    counted_in: str | None = None
 
     def claimed_range(self) -> tuple[float, float, bool, bool]:
         return CLAIM_TESTS[self.test](self.margin)
@@ -239,8 +246,9 @@ _SPEC_KEYS = {"title", "paper", "table", "data", "match", "notes", "metrics", "r
               "probe_of", "preregistered"}
 KINDS = ("paper", "probe")
 PROBE_PREFIX = "probes/"  # experiment names of probe presets start with it
-_CLAIM_KEYS = {"claim", "source", "metric", "a", "b", "test", "margin", "requires", "caveat", "items"}
-_REQUIRE_KEYS = {"row", "field", "at_most", "at_least"}
+_CLAIM_KEYS = {"claim", "source", "metric", "a", "b", "test", "margin", "requires", "caveat", "items",
+               "counted_in"}
+_REQUIRE_KEYS = {"row", "field", "at_most", "at_least", "minus"}
 _LAPTOP_KEYS = {"protocol", "per_run_s", "runs"}
 _GPU_KEYS = {"protocol", "per_run_s", "device"}
 _METRIC_KEYS = {
@@ -416,9 +424,18 @@ def _claims(items: Any, metrics: list[MetricSpec], rows: list[str], where: str) 
                 margin=float(margin),
                 caveat=str(c.get("caveat") or ""),
                 items=items,
+                counted_in=_table_name(c.get("counted_in"), w),
             )
         )
     return out
+
+
+def _table_name(value: Any, where: str) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or len(value.split("/")) != 2 or not all(value.split("/")):
+        raise SpecError(f"{where}: counted_in must name a table, <paper>/<table> (got {value!r})")
+    return value
 
 
 def _is_number(value: Any, kinds: type | tuple[type, ...] = (int, float)) -> bool:
@@ -449,7 +466,11 @@ def _requirements(items: Any, rows: list[str], where: str) -> list[Requirement]:
             b is not None and not _is_number(b) for b in bounds
         ):
             raise SpecError(f"{w}: give exactly one of at_most or at_least, a number")
-        out.append(Requirement(tuple(labels), str(r["field"]), *(None if b is None else float(b) for b in bounds)))
+        minus = r.get("minus")
+        if minus is not None and (not isinstance(minus, str) or not minus):
+            raise SpecError(f"{w}: minus must name a dotted record field (subtracted from field)")
+        out.append(Requirement(tuple(labels), str(r["field"]), *(None if b is None else float(b) for b in bounds),
+                               minus=minus))
     return out
 
 
