@@ -113,3 +113,13 @@ def test_claims_md_and_the_results_index_state_multiplicity():
     for path in ("results/CLAIMS.md", "results/README.md"):
         text = (ROOT / path).read_text(encoding="utf-8")
         assert "Multiplicity: " in text and "survive Holm's correction" in text, path
+
+
+def test_length_generalisation_is_decided_beyond_the_training_lengths(tables):
+    # UT Table 4: the paper-comparable "10x" sets draw lengths from 1; claims read only the items past training
+    lengths = [(b, rs) for b, rs in tables if b.spec.name.startswith("ut/table4_")]
+    assert len(lengths) == 3
+    for built, results in lengths:
+        for r in results:
+            column = built.spec.metric(r.spec.metric)
+            assert column.ours.startswith("test_ood/") and column.trivial is not None, (built.spec.name, r.spec.claim)
