@@ -53,7 +53,7 @@ def test_algorithmic_outputs_give_back_the_recorded_sequence_accuracy_and_eval_w
                 f"hydra.run.dir={tmp_path / 'run'}"])
     record = json.loads((tmp_path / "run" / "results.json").read_text())
     out = tmp_path / "run" / "outputs"
-    for prefix in ("test", "test_train_len"):
+    for prefix in ("test", "test_train_len", "test_ood"):  # test_ood: lengths 7-12, beyond training's 6
         hyps, refs, srcs = (_lines(out / f"{prefix}.{s}") for s in ("hyp", "ref", "src"))
         assert len(hyps) == len(refs) == len(srcs) == 8
         assert refs == srcs  # copy: the reference is the source, digit by digit

@@ -45,6 +45,17 @@ def test_algorithmic_splits_lengths_and_seed():
         "train"].pairs
 
 
+def test_the_beyond_training_split_holds_only_lengths_past_training():
+    # issue 53: the paper's test lengths start at 1, so its "10x" set mixes in training lengths; test_ood does not
+    task = build_task({**ALGO, "op": "reverse", "test_min_len": 1, "test_size": 200}, seed=0)
+    assert task.eval_splits == {"test": "test", "test_train_len": "test_train_len", "test_ood": "test_ood"}
+    lengths = [len(x) for x, _ in task.datasets["test_ood"].pairs]
+    assert len(lengths) == 200 and min(lengths) == 9 and max(lengths) == 30  # 9..30 over 200 draws
+    assert min(len(x) for x, _ in task.datasets["test"].pairs) <= 8  # the paper-comparable split still mixes them
+    same_lengths = build_task({**ALGO, "op": "reverse", "test_max_len": 8, "test_min_len": 1}, seed=0)
+    assert "test_ood" not in same_lengths.eval_splits  # nothing lies beyond the training lengths
+
+
 def test_algorithmic_collate_frames_targets():
     task = build_task({**ALGO, "op": "reverse"}, seed=0)
     batch = task.collate([task.datasets["train"][i] for i in range(4)])

@@ -22,7 +22,9 @@ def test_grouped_score_counts_answers_and_steps_per_group():
     score.update(torch.tensor([3]), torch.tensor([False]), torch.tensor([9.0]))
     out = {k: float(v) for k, v in score.compute().items()}
     assert out == pytest.approx({"acc_h1": 0.5, "steps_h1": 3.0, "acc_h2": 1.0, "steps_h2": 5.0, "acc_h3": 0.5,
-                                 "steps_h3": 8.0, "acc_grouped": 0.6, "steps_mean": 5.4, "steps_gain": 5.0})
+                                 "steps_h3": 8.0, "acc_grouped": 0.6, "steps_mean": 5.4, "steps_gain": 5.0,
+                                 # steps 2, 4, 5, 7, 9 about 5.4: squared deviations sum to 29.2, / 5 answers
+                                 "steps_std": (29.2 / 5) ** 0.5})
     with pytest.raises(ValueError, match="beyond"):
         score.update(torch.tensor([5]), torch.tensor([True]), torch.tensor([1.0]))
 
@@ -38,6 +40,7 @@ def test_the_depth_probe_records_accuracy_and_steps_per_hop_count(experiment, st
         assert 0.0 <= final[f"test/acc_h{h}"] <= 1.0
     if steps is not None:  # fixed depth: every answer gets the model's depth
         assert [final[f"test/steps_h{h}"] for h in (1, 2, 3)] == [steps] * 3 and final["test/steps_gain"] == 0.0
+        assert final["test/steps_std"] == 0.0
     else:  # ACT: halting steps between 1 and act_max_steps (2 x 4 layers), read from the model, not the depth
         assert all(1.0 <= final[f"test/steps_h{h}"] <= 8.0 for h in (1, 2, 3))
         assert final["test/steps_gain"] == pytest.approx(final["test/steps_h3"] - final["test/steps_h1"])

@@ -122,7 +122,7 @@ def test_constant_output_on_the_copy_task_uses_the_test_streams():
     cfg = {"name": "algo/copy", "loader": "algorithmic", "op": "copy", "base": 10, "train_size": 20, "val_size": 5,
            "test_size": 60, "train_max_len": 4, "test_min_len": 1, "test_max_len": 40, "data_seed": 3}
     got = compute_baseline("constant_output", cfg, 1).values
-    for prefix, (stream, lo, hi) in {"test": (2, 1, 40), "test_train_len": (3, 1, 4)}.items():
+    for prefix, (stream, lo, hi) in {"test": (2, 1, 40), "test_train_len": (3, 1, 4), "test_ood": (4, 5, 40)}.items():
         targets = [y for _, y in generate("copy", size=60, min_len=lo, max_len=hi, base=10, seed=3000 + stream)]
         total, right, best = sum(map(len, targets)), 0, 0
         for i in range(max(map(len, targets))):  # the best constant string: the majority digit per position

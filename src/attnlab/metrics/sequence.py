@@ -110,13 +110,15 @@ class MaskedLMScore(Metric):
 
 class GroupedAnswerScore(Metric):
     """Per group of scored positions (a probe's ``group``, e.g. the hops a query needs; groups 1..max_groups-1,
-    0 = ungrouped): answers, correct answers and the summed layer applications (steps), reduced across ranks."""
+    0 = ungrouped): answers, correct answers, the summed layer applications (steps) and their squares (for the
+    spread of the steps: ACT that halts every position at the same step is a constant, not a mechanism at work),
+    reduced across ranks."""
 
     full_state_update = False
 
     def __init__(self, max_groups: int = 64) -> None:
         super().__init__()
-        for name in ("answers", "correct", "steps"):
+        for name in ("answers", "correct", "steps", "steps_sq"):
             self.add_state(name, default=torch.zeros(max_groups, dtype=torch.float64), dist_reduce_fx="sum")
 
     def update(self, group: torch.Tensor, correct: torch.Tensor, steps: torch.Tensor) -> None:
@@ -127,11 +129,13 @@ class GroupedAnswerScore(Metric):
         self.answers.index_add_(0, group, torch.ones_like(group, dtype=torch.float64))
         self.correct.index_add_(0, group, correct.double())
         self.steps.index_add_(0, group, steps.double())
+        self.steps_sq.index_add_(0, group, steps.double().square())
 
     def compute(self) -> dict[str, torch.Tensor]:
         """``acc_h<g>`` and ``steps_h<g>`` for every group g >= 1 with answers; over all grouped answers
-        ``acc_grouped`` and ``steps_mean``; and ``steps_gain``, the steps of the highest group minus those of the
-        lowest (how much more computation the hardest answers get)."""
+        ``acc_grouped``, ``steps_mean`` and ``steps_std`` (the standard deviation of the steps over the answers, 0
+        when every answer got the same number of steps); and ``steps_gain``, the steps of the highest group minus
+        those of the lowest (how much more computation the hardest answers get)."""
         out: dict[str, torch.Tensor] = {}
         present = [g for g in range(1, self.answers.numel()) if self.answers[g] > 0]
         for g in present:
@@ -141,6 +145,7 @@ class GroupedAnswerScore(Metric):
             answers = self.answers[1:].sum()
             out["acc_grouped"] = self.correct[1:].sum() / answers
             out["steps_mean"] = self.steps[1:].sum() / answers
+            out["steps_std"] = (self.steps_sq[1:].sum() / answers - out["steps_mean"].square()).clamp_min(0).sqrt()
         if len(present) >= 2:
             out["steps_gain"] = out[f"steps_h{present[-1]}"] - out[f"steps_h{present[0]}"]
         return out

@@ -4,8 +4,9 @@ The rule (stated in every table and in results/CLAIMS.md, see :data:`RULE`): a c
 ``a - b`` of one metric (``b`` a row or a fixed number) lies in a range (``greater``: above the margin;
 ``at_least``: at or above minus the margin; ``less``/``at_most`` the mirror images; ``within``: between
 minus and plus the margin). Over the seeds of each row we compute Welch's t interval of the difference
-of means (the one-sample t interval when ``b`` is a number) at Pocock's per-look level for the two looks at the
-data the seed rule takes (3 seeds, then 5 where inconclusive; :data:`attnlab.results.stats.CONFIDENCE`). The claim
+of means (the one-sample t interval when ``b`` is a number) at the per-look level for the two looks at the
+data the seed rule takes (3 seeds, then 5 where inconclusive), a level calibrated by simulation
+(:data:`attnlab.results.stats.CONFIDENCE`). The claim
 
 - **held** when the whole interval lies inside the claimed range,
 - **not held** when the whole interval lies outside it,
@@ -16,8 +17,10 @@ data the seed rule takes (3 seeds, then 5 where inconclusive; :data:`attnlab.res
   mean; the row itself when ``b`` is a number) does not beat the baseline of its task by more than the margin in
   every run: a verdict between rows that learned nothing the task is about says nothing about the claim. Only
   the better row must: when one row learns the task and the other fails it (the UT paper's Transformer at 10x
-  the training length), that difference is the result; and for ``at_least``/``at_most``/``within`` when every
-  seed of both rows gave the same number (a zero-width interval between two constants is no evidence),
+  the training length), that difference is the result; and, for every kind of claim, when every seed of the
+  compared rows gave the same number (a zero-width interval between constants is no evidence). The one
+  exception: where every seed scored 100% and the claim gives ``items`` (independent test items per run), the
+  exact Clopper-Pearson bound over the pooled items is the interval (:func:`_ceiling_interval`),
 - **not run** when a row has no completed run with the metric (missing, failed, still running): a claim
   never passes on runs that are not there.
 
@@ -28,16 +31,19 @@ interval): a claim the paper's table contradicts is an encoding error, which the
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from attnlab.results.build import BuiltTable, RowResult, get_field, run_values
 from attnlab.results.spec import ClaimSpec, Requirement, TableSpec
 from attnlab.results.stats import (
     CONFIDENCE,
+    LOOKS,
     OVERALL_ERROR,
     PREREGISTERED_CONFIDENCE,
     SEEDS_LIMIT,
     Interval,
+    ceiling_bound,
     seeds_to_decide,
     welch_interval,
 )
@@ -51,15 +57,18 @@ def _verdict_rule(confidence: float) -> str:
         "fixed number); held = the whole interval inside the claimed range, not held = wholly outside, "
         "inconclusive = it straddles an edge, a row has < 2 seeds, the runs miss the claim's precondition or the "
         "better compared row does not beat the task's trivial baseline (computed from the data) by the column's "
-        "margin in every run, or (at least / at most / within) every seed of both rows gave the same number (no "
-        "interval); not run = a row has no completed run."
+        "margin in every run, or every seed of the compared rows gave the same number (a zero-width interval decides "
+        "nothing; where they all scored 100%, an exact binomial bound over the claim's pooled test items may); not "
+        "run = a row has no completed run."
     )
 
 
 RULE = (
     f"{_verdict_rule(CONFIDENCE)} Seeds come in two looks (3 per row, then 4-5 where a claim is "
-    f"inconclusive at 3): each look is read at Pocock's level for two looks ({1 - CONFIDENCE:.2%}), so the "
-    f"procedure decides a true-zero difference at most {OVERALL_ERROR:.0%} of the time."
+    f"inconclusive at 3): each look is read at {1 - CONFIDENCE:.0%}, a level calibrated by simulation so that the "
+    f"procedure decides a true-zero difference at most {OVERALL_ERROR:.0%} of the time for Welch intervals whose "
+    "rows' seed spreads differ up to 10x (Pocock's 2.94% for equal looks gives up to 6.1% there). There is no "
+    "third look: a claim still inconclusive at its last look can only be decided by a new fixed-n experiment."
 )
 
 PREREGISTERED_RULE = (
@@ -93,6 +102,10 @@ class ClaimResult:
     paper_agrees: bool | None  # whether the paper's own numbers satisfy the claim
     at_trivial_baseline: bool = False  # the better row does not beat the task's trivial baseline (or none computed)
     confidence: float = CONFIDENCE  # the level of ``interval`` (PREREGISTERED_CONFIDENCE for a pre-registered table)
+    # The smallest two-sided error level at which the interval would decide the claim (None where no interval was
+    # read): decided at ``confidence`` exactly when p < 1 - confidence. Holm within the table is run on these.
+    p_value: float | None = None
+    survives_holm: bool | None = None  # a decided claim still decided after Holm within its table (None: undecided)
 
 
 def in_range(value: float, claim: ClaimSpec) -> bool:
@@ -149,11 +162,11 @@ def evaluate_claim(built: BuiltTable, claim: ClaimSpec) -> ClaimResult:
     prereg = built.spec.preregistered
     confidence = CONFIDENCE if prereg is None else PREREGISTERED_CONFIDENCE
 
-    def result(status, interval=None, estimate=None, reason="", at_floor=False):
+    def result(status, interval=None, estimate=None, reason="", at_floor=False, p_value=None):
         if left_out and status != NOT_RUN:
             reason = "; ".join([reason, *left_out] if reason else left_out)
         return ClaimResult(claim, status, len(a), n_b, interval, estimate, reason, paper_diff, paper_agrees, at_floor,
-                           confidence)
+                           confidence, p_value)
 
     missing = [_why_missing(r, mi) for r, v in ((row_a, a), (row_b, b)) if r is not None and not v]
     if missing:
@@ -173,24 +186,93 @@ def evaluate_claim(built: BuiltTable, claim: ClaimSpec) -> ClaimResult:
                       at_floor=bool(floor))
     if len(a) < 2 or (row_b is not None and len(b) < 2):
         return result(INCONCLUSIVE, estimate=estimate, reason="fewer than 2 seeds in a row: no interval")
-    interval = welch_interval(a, b, confidence)
-    if interval.df is None and claim.test in ("at_least", "at_most", "within"):
-        # "a at least b" between two constants (both rows 0% in every seed) would read held with no evidence
-        return result(INCONCLUSIVE, interval, estimate, reason="every seed of both rows gave the same number: no "
-                      "spread to build an interval on, and equality of constants is not evidence of 'at least'")
+    scale = built.spec.metrics[mi].scale
+
+    def interval_at(level: float) -> tuple[Interval, str] | None:
+        interval = welch_interval(a, b, level)
+        if interval.df is not None:  # the seeds spread: Welch's interval (df is None only for a zero standard error)
+            return interval, ""
+        # Every seed gave one number: a zero-width interval is no evidence for any kind of claim ("a above b"
+        # between two constants, or "a at least b" between two rows at 0%), unless each row is at the ceiling on
+        # every one of its test items, where an exact bound over the pooled items says how close to it they are.
+        return _ceiling_interval(scale, claim, a, b, level)
+
+    read = interval_at(confidence)
+    if read is None:
+        return result(INCONCLUSIVE, welch_interval(a, b, confidence), estimate, reason="every seed gave the same "
+                      "number: no spread to build an interval on, and constants are no evidence (a bound over test "
+                      "items needs every item right and the claim's items)")
+    interval, reason = read
+    p_value = _decision_p(interval_at, claim)
     status = interval_status(interval, claim)
-    reason = ""
     if status == INCONCLUSIVE and prereg is not None:
         needed = seeds_to_decide(a, b, claim.claimed_range()[:2], confidence, fresh=True)
         plan = f"about {needed}" if needed is not None else f"more than {SEEDS_LIMIT}"
         reason = (f"the interval straddles an edge of the claimed range; read once as pre-registered: a new fixed-n "
                   f"experiment of {plan} seeds per row would decide it if the means and spreads stayed as observed")
+    elif status == INCONCLUSIVE and max(len(a), n_b or 0) >= LOOKS[-1]:  # the last look is taken: no third one
+        needed = seeds_to_decide(a, b, claim.claimed_range()[:2], fresh=True)
+        plan = f"about {needed}" if needed is not None else f"more than {SEEDS_LIMIT}"
+        reason = (f"the interval straddles an edge of the claimed range at the last look; a new fixed-n experiment "
+                  f"of {plan} seeds per row would decide it if the means and spreads stayed as observed")
     elif status == INCONCLUSIVE:
         needed = seeds_to_decide(a, b, claim.claimed_range()[:2])
         plan = f"about {needed}" if needed is not None else f"more than {SEEDS_LIMIT}"
         reason = (f"the interval straddles an edge of the claimed range; {plan} seeds per row would decide it if "
                   f"the means and spreads stayed as observed")
-    return result(status, interval, estimate, reason)
+    return result(status, interval, estimate, reason, p_value=p_value)
+
+
+def _decision_p(interval_at, claim: ClaimSpec, steps: int = 60) -> float:
+    """The smallest error level alpha at which the (1 - alpha) interval decides the claim (held or not held), by
+    bisection: intervals narrow as alpha grows, so a claim decided at one alpha stays decided at every larger one.
+    1.0 where no level decides it (the estimate on an edge)."""
+    def decides(alpha: float) -> bool:
+        read = interval_at(1 - alpha)
+        return read is not None and interval_status(read[0], claim) != INCONCLUSIVE
+
+    if not decides(1 - 1e-6):
+        return 1.0
+    low, high = 0.0, 1 - 1e-6  # decides(high) is true; search in log space below it
+    for _ in range(steps):
+        mid = (low + high) / 2 if low > 0 else high / 1e3
+        if decides(mid):
+            high = mid
+        else:
+            low = mid
+        if low > 0 and high - low < 1e-12 + high * 1e-9:
+            break
+    return high
+
+
+def holm(p_values: list[float], alpha: float) -> list[bool]:
+    """Holm's step-down procedure: which of the hypotheses keep their rejection at family-wise level ``alpha``."""
+    order = sorted(range(len(p_values)), key=lambda i: p_values[i])
+    keep = [False] * len(p_values)
+    for rank, i in enumerate(order):
+        if p_values[i] > alpha / (len(p_values) - rank):
+            break
+        keep[i] = True
+    return keep
+
+
+def _ceiling_interval(scale: float, claim: ClaimSpec, a: list[float], b: list[float] | float,
+                      confidence: float) -> tuple[Interval, str] | None:
+    """The interval of ``a - b`` from exact binomial bounds when every seed of the compared rows scored 100% and
+    the claim says how many independent test items one run has (None otherwise): each row's accuracy is at least
+    the Clopper-Pearson bound over its pooled items, so the difference lies between minus and plus the shortfall."""
+    rows = [a] if isinstance(b, float) else [a, b]
+    if claim.items is None or any(v != scale for row in rows for v in row):
+        return None
+    shortfall = [scale * (1 - ceiling_bound(claim.items * len(row), confidence, len(rows))) for row in rows]
+    if isinstance(b, float):
+        low, high = scale - shortfall[0] - b, scale - b
+    else:
+        low, high = -shortfall[0], shortfall[1]
+    pooled = " and ".join(str(claim.items * len(row)) for row in rows)
+    return Interval((low + high) / 2 if isinstance(b, float) else 0.0, low, high, None), (
+        f"every one of the {pooled} pooled test items right: the {confidence:.0%} interval is the exact "
+        f"(Clopper-Pearson) binomial bound over them, not Welch's")
 
 
 def _before_preregistration(date: str, *rows: RowResult | None) -> str:
@@ -247,10 +329,11 @@ def _unmet_requirements(built: BuiltTable, claim: ClaimSpec) -> str:
 def _row_shortfall(built: BuiltTable, label: str, req: Requirement) -> str:
     """How the runs of one row miss a requirement ('' when every run meets it)."""
     row = next(r for r in built.rows if r.spec.label == label)
-    values = [get_field(r.data, req.field) for r in row.used]
-    numbers = [v for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)]
-    if len(numbers) < len(values) or not values:
-        return f"{label} runs do not record {req.field}"
+    fields = [req.field] if req.minus is None else [req.field, req.minus]
+    per_run = [[get_field(r.data, f) for f in fields] for r in row.used]
+    if not per_run or not all(_is_real(v) for run in per_run for v in run):
+        return f"{label} runs do not record {' and '.join(fields)}"
+    numbers = [run[0] - (run[1] if req.minus is not None else 0.0) for run in per_run]
     worst = max(numbers) if req.at_most is not None else min(numbers)
     if (req.at_most is not None and worst > req.at_most) or (req.at_least is not None and worst < req.at_least):
         short = f"a run has {worst:.3g}"
@@ -258,8 +341,26 @@ def _row_shortfall(built: BuiltTable, label: str, req: Requirement) -> str:
     return ""
 
 
+def counted(results: Sequence[ClaimResult]) -> list[ClaimResult]:
+    """The claims that count in tallies: a claim that another table counts (``counted_in``) is shown, not counted."""
+    return [r for r in results if r.spec.counted_in is None]
+
+
+def _is_real(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
 def evaluate_claims(built: BuiltTable) -> list[ClaimResult]:
-    return [evaluate_claim(built, c) for c in built.spec.claims]
+    """Every claim of the table, the decided ones marked by whether they survive Holm within the table (the
+    family: the claims read with an interval, at the table's per-look error level)."""
+    results = [evaluate_claim(built, c) for c in built.spec.claims]
+    family = [r for r in results if r.p_value is not None]
+    if family:
+        alpha = 1 - family[0].confidence
+        for r, keep in zip(family, holm([r.p_value for r in family], alpha)):
+            if r.status in (HELD, NOT_HELD):
+                r.survives_holm = keep
+    return results
 
 
 def fmt_interval(result: ClaimResult, digits: int) -> str:

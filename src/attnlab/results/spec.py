@@ -118,10 +118,14 @@ class Requirement:
     field: str  # a dotted record field, e.g. extra.attention_coverage.attended_fraction_mean
     at_most: float | None = None
     at_least: float | None = None
+    # another field of the same record subtracted from ``field`` before the bound: e.g. the order-free score
+    # (bits on shuffled blocks) minus the score in order, so the bound says how much a row gains from word order
+    minus: str | None = None
 
     def describe(self) -> str:
         bound = f"<= {self.at_most:g}" if self.at_most is not None else f">= {self.at_least:g}"
-        return f"{' or '.join(self.rows)}: {self.field} {bound}"
+        what = self.field if self.minus is None else f"{self.field} − {self.minus}"
+        return f"{' or '.join(self.rows)}: {what} {bound}"
 
 
 @dataclass
@@ -140,6 +144,13 @@ class ClaimSpec:
     margin: float = 0.0
     requires: list[Requirement] = field(default_factory=list)  # preconditions on the runs (else inconclusive)
     caveat: str = ""  # what else differs between the rows (a confound), printed beside the verdict
+    # Independent test items behind one run's number (sequences, not the answers within one): where every seed of
+    # the compared rows sits at the ceiling (100%), the exact binomial bound over the pooled items decides the claim
+    # instead of a zero-width interval (attnlab.results.claims).
+    items: int | None = None
+    # the table that counts this claim (the same claim of the same paper table, read another way: Synthesizer
+    # Tables 4-5 from scratch and through the T5 path); shown here, counted once there
+    counted_in: str | None = None
 
     def claimed_range(self) -> tuple[float, float, bool, bool]:
         return CLAIM_TESTS[self.test](self.margin)
@@ -235,8 +246,9 @@ _SPEC_KEYS = {"title", "paper", "table", "data", "match", "notes", "metrics", "r
               "probe_of", "preregistered"}
 KINDS = ("paper", "probe")
 PROBE_PREFIX = "probes/"  # experiment names of probe presets start with it
-_CLAIM_KEYS = {"claim", "source", "metric", "a", "b", "test", "margin", "requires", "caveat"}
-_REQUIRE_KEYS = {"row", "field", "at_most", "at_least"}
+_CLAIM_KEYS = {"claim", "source", "metric", "a", "b", "test", "margin", "requires", "caveat", "items",
+               "counted_in"}
+_REQUIRE_KEYS = {"row", "field", "at_most", "at_least", "minus"}
 _LAPTOP_KEYS = {"protocol", "per_run_s", "runs"}
 _GPU_KEYS = {"protocol", "per_run_s", "device"}
 _METRIC_KEYS = {
@@ -397,6 +409,9 @@ def _claims(items: Any, metrics: list[MetricSpec], rows: list[str], where: str) 
         if c["test"] == "within" and margin == 0:
             raise SpecError(f"{w}: a 'within' claim needs a margin > 0")
         requires = _requirements(c.get("requires"), rows, w)
+        items = c.get("items")
+        if items is not None and (not _is_number(items, int) or items < 1):
+            raise SpecError(f"{w}: items must be the whole number of independent test items behind one run (>= 1)")
         out.append(
             ClaimSpec(
                 requires=requires,
@@ -408,9 +423,19 @@ def _claims(items: Any, metrics: list[MetricSpec], rows: list[str], where: str) 
                 test=str(c["test"]),
                 margin=float(margin),
                 caveat=str(c.get("caveat") or ""),
+                items=items,
+                counted_in=_table_name(c.get("counted_in"), w),
             )
         )
     return out
+
+
+def _table_name(value: Any, where: str) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or len(value.split("/")) != 2 or not all(value.split("/")):
+        raise SpecError(f"{where}: counted_in must name a table, <paper>/<table> (got {value!r})")
+    return value
 
 
 def _is_number(value: Any, kinds: type | tuple[type, ...] = (int, float)) -> bool:
@@ -441,7 +466,11 @@ def _requirements(items: Any, rows: list[str], where: str) -> list[Requirement]:
             b is not None and not _is_number(b) for b in bounds
         ):
             raise SpecError(f"{w}: give exactly one of at_most or at_least, a number")
-        out.append(Requirement(tuple(labels), str(r["field"]), *(None if b is None else float(b) for b in bounds)))
+        minus = r.get("minus")
+        if minus is not None and (not isinstance(minus, str) or not minus):
+            raise SpecError(f"{w}: minus must name a dotted record field (subtracted from field)")
+        out.append(Requirement(tuple(labels), str(r["field"]), *(None if b is None else float(b) for b in bounds),
+                               minus=minus))
     return out
 
 

@@ -6,7 +6,10 @@ addition the input is ``a + b`` with both numbers written least-significant digi
 little-endian convention) and the target is the sum, also least-significant digit first.
 
 Splits: ``train`` and ``val`` at training lengths; ``test`` at evaluation lengths (length
-generalisation, the paper's setting) and ``test_train_len`` at training lengths.
+generalisation, the paper's setting: lengths drawn from ``test_min_len``, so with the default 1 about a tenth of
+its items sit at training lengths), ``test_ood`` strictly beyond the training lengths (``train_max_len + 1`` to
+``test_max_len``: the items that test length generalisation and nothing else; only where such lengths exist) and
+``test_train_len`` at training lengths.
 """
 
 from __future__ import annotations
@@ -77,6 +80,9 @@ def load_algorithmic(cfg: dict[str, Any], seed: int) -> TaskData:
         "test": (cfg["test_size"], cfg["test_min_len"], cfg["test_max_len"], 2),
         "test_train_len": (cfg["test_size"], 1, cfg["train_max_len"], 3),
     }
+    beyond = cfg["test_max_len"] > cfg["train_max_len"]
+    if beyond:  # a stream of its own: the other splits stay as they were before this split existed
+        split_specs["test_ood"] = (cfg["test_size"], cfg["train_max_len"] + 1, cfg["test_max_len"], 4)
     data_seed = cfg.get("data_seed")
     base_seed = seed if data_seed is None else data_seed
     datasets = {}
@@ -88,7 +94,8 @@ def load_algorithmic(cfg: dict[str, Any], seed: int) -> TaskData:
         datasets,
         # Room for addition's "+", the source EOS, BOS/EOS framing and a sum one digit longer.
         max_len=cfg["test_max_len"] + 4,
-        eval_splits={"test": "test", "test_train_len": "test_train_len"},
+        eval_splits={"test": "test", "test_train_len": "test_train_len",
+                     **({"test_ood": "test_ood"} if beyond else {})},
         metric_flavours={
             "char_acc": "greedy decoding; fraction of target symbols right at their position",
             "seq_acc": "greedy decoding; fraction of outputs exactly equal to the target",

@@ -188,6 +188,8 @@ def load_probe(cfg: dict[str, Any], seed: int) -> TaskData:
         flavours["acc_h<h>"] = "mlm_acc over the queries that need h hops"
         flavours["steps_h<h>"] = ("mean layer applications at the queries that need h hops (ACT: the halting "
                                   "step; fixed depth: the depth)")
+        flavours["steps_std"] = ("standard deviation of the layer applications over all answers (0: every answer "
+                                 "got the same number of steps)")
         flavours["steps_gain"] = f"steps_h{layout.max_hops} - steps_h1: how much more computation the deepest " \
                                  "queries get than the shallowest"
     return TaskData(

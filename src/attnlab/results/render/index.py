@@ -12,7 +12,8 @@ from collections import Counter
 from collections.abc import Sequence
 
 from attnlab.results.build import BuiltTable
-from attnlab.results.claims import HELD, INCONCLUSIVE, NOT_HELD, NOT_RUN, ClaimResult, evaluate_claims
+from attnlab.results.claims import HELD, INCONCLUSIVE, NOT_HELD, NOT_RUN, ClaimResult, counted, evaluate_claims
+from attnlab.results.render.claims import multiplicity
 from attnlab.results.render.common import md_escape, total_wall_s
 
 INDEX_FILENAME = "README.md"  # under out/
@@ -43,10 +44,12 @@ def _laptop(built: BuiltTable, results: Sequence[ClaimResult]) -> str:
 
 
 def _claims(results: Sequence[ClaimResult]) -> tuple[str, Counter]:
-    counts = Counter(r.status for r in results)
+    counts = Counter(r.status for r in counted(results))
+    elsewhere = sorted({r.spec.counted_in for r in results if r.spec.counted_in})
     if not counts:
-        return "no claims", counts
-    return " / ".join(str(counts.get(s, 0)) for s in _STATUSES), counts
+        return (f"counted under {', '.join(f'`{t}`' for t in elsewhere)}" if elsewhere else "no claims"), counts
+    text = " / ".join(str(counts.get(s, 0)) for s in _STATUSES)
+    return text + (f" (+ claims counted under {', '.join(f'`{t}`' for t in elsewhere)})" if elsewhere else ""), counts
 
 
 def _wall_hours(built: BuiltTable) -> float:
@@ -72,6 +75,7 @@ def render_results_index(built_tables: Sequence[BuiltTable]) -> str:
     sections: list[str] = []
     tables_with_runs = 0
     distinct_runs: set = set()  # a run read by two tables (the demo re-reads UT Table 4) counts once
+    every_result: list[ClaimResult] = []
     for folder, tables in groups.items():
         probes = all(b.spec.kind == "probe" for b in tables)
         lines = [f"## {'Mechanism probes' if probes else folder}", ""]
@@ -90,6 +94,7 @@ def render_results_index(built_tables: Sequence[BuiltTable]) -> str:
             tables_with_runs += bool(with_runs)
             distinct_runs.update(rec.path for row in built.rows for rec in row.used)
             results = evaluate_claims(built)
+            every_result += counted(results)
             claims, counts = _claims(results)
             if built.spec.kind == "probe":
                 probe_claims += counts
@@ -114,6 +119,8 @@ def render_results_index(built_tables: Sequence[BuiltTable]) -> str:
         + f"; {sum(probe_claims.values())} claims of the mechanism probes: "
         + ", ".join(f"{probe_claims.get(s, 0)} {s}" for s in _STATUSES)
         + " (every claim with its numbers and rule: [CLAIMS.md](CLAIMS.md)).",
+        "",
+        multiplicity(every_result),
         "",
         "Each table puts our numbers beside the paper's. At laptop scale (2 CPU cores, minutes per run) the rows "
         "are compared with each other, never with the paper's absolute numbers; a table whose laptop protocol is "
