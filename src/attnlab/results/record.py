@@ -335,6 +335,9 @@ def validate_record(record: Any) -> list[str]:
         problems.append("a failed record needs a non-empty 'error'")
     if isinstance(error, str) and ("\n" in error or "\r" in error):
         problems.append("error must be one line")
+    experiment = record.get("experiment")
+    if isinstance(experiment, str) and any(ord(c) < 32 or ord(c) == 127 for c in experiment):
+        problems.append(f"experiment must be a preset name, got {experiment!r} (control characters)")
     scale = record.get("scale")
     if isinstance(scale, str) and scale not in SCALES:
         problems.append(f"scale must be one of {', '.join(SCALES)}, got {scale!r}")
@@ -496,6 +499,8 @@ def load_json(path: str | os.PathLike) -> Any:
         ) from exc
     except RecursionError as exc:  # a run record is a few levels deep; thousands of brackets are damage
         raise RecordError(f"{path}: nested too deeply to be a run record") from exc
+    except ValueError as exc:  # an integer past Python's digit limit (int_max_str_digits): damage, not a number
+        raise RecordError(f"{path}: holds a number too long to read ({str(exc).split(':')[0]})") from exc
 
 
 def read_record(path: str | os.PathLike) -> dict[str, Any]:

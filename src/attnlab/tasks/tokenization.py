@@ -120,7 +120,7 @@ def build_tokenizer(kind: str, texts: Sequence[str], *, vocab_size: int, lowerca
     tok = load_cached_tokenizer(path)
     if tok is not None:
         log.info("tokenizer: %s loaded from the cache %s", kind, path)
-        return tok
+        return _with_tokens(tok, kind, vocab_size, min_frequency)
     log.info("training a %s tokenizer (vocabulary %d) on %d lines ...", kind, vocab_size, len(texts))
     started = time.monotonic()
     tok = _train(kind, texts, vocab_size, lowercase, min_frequency)
@@ -128,9 +128,20 @@ def build_tokenizer(kind: str, texts: Sequence[str], *, vocab_size: int, lowerca
     for i, special in enumerate(SPECIALS):
         if tok.token_to_id(special) != i:
             raise DataError(f"tokenizer put {special} at id {tok.token_to_id(special)}, expected {i}")
+    _with_tokens(tok, kind, vocab_size, min_frequency)
     cached = write_entry(path, tok.to_str().encode("utf-8"))
     log.info("tokenizer trained in %.1f s: %d tokens%s", trained_s, tok.get_vocab_size(),
              f", cached as {path}" if cached else " (not cached)")
+    return tok
+
+
+def _with_tokens(tok: Tokenizer, kind: str, vocab_size: int, min_frequency: int) -> Tokenizer:
+    """``tok`` when it has a token beyond the specials; a vocabulary of specials alone would map every word to
+    <unk>, and the run would end "completed" with a score of 0."""
+    if tok.get_vocab_size() <= len(SPECIALS):
+        raise DataError(f"the {kind} tokenizer learned no token beyond the {len(SPECIALS)} special ones "
+                        f"(tokenizer.vocab_size={vocab_size}, min_frequency={min_frequency}); raise vocab_size or "
+                        "lower min_frequency")
     return tok
 
 
