@@ -99,3 +99,12 @@ def test_the_log_appends_to_its_own_file(tmp_path):
     handler.close()
     assert (tmp_path / "train.log").read_text() == "one\ntwo\n"
     assert not os.path.islink(tmp_path / "train.log")
+
+
+def test_a_file_where_a_run_folder_goes_is_refused(tmp_path, monkeypatch, capsys):
+    _in(tmp_path, monkeypatch)
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "checkpoints").write_text(SECRET)
+    code, err = run_cli(train_main, [*TINY, *TINY_ALGO, f"hydra.run.dir={tmp_path / 'run'}"], capsys)
+    assert code == 2 and "checkpoints is a file where the run keeps its checkpoints folder" in one_clear_line(err)
+    assert _everything_under(tmp_path / "run") == {"checkpoints"}

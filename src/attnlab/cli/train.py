@@ -47,7 +47,7 @@ def hydra_main(cfg: DictConfig) -> None:
 
     from attnlab.training.checkpointing import Preempted
     from attnlab.training.run import run
-    from attnlab.training.storage import RunFolderLock, StorageError, check_inside, refuse_links
+    from attnlab.training.storage import RunFolderLock, StorageError, check_inside, check_run_folder_entries
     from attnlab.training.wandb_run import close_wandb
 
     quiet_lightning()
@@ -75,7 +75,7 @@ def hydra_main(cfg: DictConfig) -> None:
     try:
         if multirun:  # main() checked a single run's folder before Hydra made it
             check_inside(out, hc.sweep.dir, _RUN_DIR_PARTS, "hydra.sweep.dir")
-        refuse_links(out)
+        check_run_folder_entries(out)
         lock = RunFolderLock(out).acquire()  # one run per folder; released however this job ends
     except StorageError as exc:  # a live owner, a planted link, a job folder outside: write nothing there
         if multirun:
@@ -235,7 +235,13 @@ def main(argv: list[str] | None = None) -> None:
         return
     plain_run = not any(a in HYDRA_FLAGS or a.startswith(tuple(f + "=" for f in HYDRA_FLAGS)) for a in argv)
     if plain_run and is_launch_rank_zero():  # other ranks use the folder rank 0 holds
-        from attnlab.training.storage import RunFolderLock, busy_message, check_can_create, check_inside, refuse_links
+        from attnlab.training.storage import (
+            RunFolderLock,
+            busy_message,
+            check_can_create,
+            check_inside,
+            check_run_folder_entries,
+        )
 
         try:
             checked = compose_checked("train", argv)
@@ -244,7 +250,7 @@ def main(argv: list[str] | None = None) -> None:
             if not _given(argv, "hydra.run.dir"):
                 check_inside(run_dir, str(checked.paths.runs_dir), _RUN_DIR_PARTS)
             check_can_create(run_dir)
-            refuse_links(run_dir)
+            check_run_folder_entries(run_dir)
         except user_errors() + run_errors() as exc:
             fail(one_line(exc))
         owner = RunFolderLock.owner(run_dir)
@@ -353,7 +359,7 @@ def check_sweep_resumes_keep_their_configs(argv: list[str]) -> None:
     from omegaconf import OmegaConf, open_dict
 
     from attnlab.training.config import ConfigError
-    from attnlab.training.storage import StorageError, check_inside, refuse_links
+    from attnlab.training.storage import StorageError, check_inside, check_run_folder_entries
 
     sweep_dir = Path(_planned_dir(argv, "sweep").strip("'\""))
     plain = [a for a in argv if not a.startswith("-")]
@@ -369,7 +375,7 @@ def check_sweep_resumes_keep_their_configs(argv: list[str]) -> None:
             raise ConfigError(f"sweep job {number} ({' '.join(job)}): {exc}; no job was started") from None
         if job_dir.is_dir():
             try:
-                refuse_links(job_dir)  # Hydra rewrites the job's .hydra/*.yaml before the job can look
+                check_run_folder_entries(job_dir)  # Hydra rewrites the job's .hydra/*.yaml before the job can look
                 check_resume_keeps_the_config(compose_checked("train", job), job_dir)
             except (ConfigError, StorageError) as exc:
                 raise ConfigError(f"sweep job {number} ({' '.join(job)}): {exc}") from None

@@ -118,13 +118,23 @@ def check_inside(run_dir: str | os.PathLike, runs_dir: str | os.PathLike, given_
                            "explicitly")
 
 
-def refuse_links(run_dir: str | os.PathLike) -> None:
+# The folders attnlab and Hydra make in a run folder: a file in one's place would end the run with a traceback.
+RUN_SUBFOLDERS = (".hydra", "checkpoints", "csv", "outputs", "ponder", "attention")
+
+
+def check_run_folder_entries(run_dir: str | os.PathLike) -> None:
     """Refuse a run folder that holds a symbolic link where attnlab or Hydra write (the lock, ``train.log``,
     ``.hydra/*.yaml``, metrics, checkpoints, outputs): writing through it would truncate or append to whatever
-    it names. One line naming the link; nothing is written."""
+    it names; or a file where one of its folders goes (``checkpoints`` as a file). One line naming it;
+    nothing is written."""
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         return
+    for name in RUN_SUBFOLDERS:
+        entry = run_dir / name
+        if entry.exists() and not entry.is_symlink() and not entry.is_dir():
+            raise StorageError(f"{entry} is a file where the run keeps its {name} folder; move it away, or start "
+                               "a new run (another paths.run_id)")
     for root, dirs, files in os.walk(run_dir):  # does not descend into linked folders; lists them in dirs
         if Path(root) == run_dir:
             dirs[:] = [d for d in dirs if d not in _LINKS_OF_OTHERS]
