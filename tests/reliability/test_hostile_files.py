@@ -147,3 +147,17 @@ def test_sigterm_while_evaluating_exits_143_without_eval_json(trained_run, tmp_p
     assert done.returncode == 143, done.stderr
     assert "stopped by SIGTERM while evaluating; no eval.json was written" in one_clear_line(done.stderr)
     assert not list((trained_run / "checkpoints").glob("*.eval.json"))
+
+
+def test_eval_in_a_folder_it_cannot_write_is_one_line_before_testing(trained_run, monkeypatch, capsys):
+    import attnlab.cli.evaluate as evaluate
+
+    tested = []
+    monkeypatch.setattr(evaluate, "_test", lambda *a: tested.append(a))
+    real_access = os.access
+    # As a read-only file system answers (root ignores permission bits, so chmod cannot stand in for it).
+    monkeypatch.setattr(evaluate.os, "access", lambda p, mode: False if Path(p).name == "checkpoints"
+                        else real_access(p, mode))
+    code, err = run_cli(eval_main, [str(trained_run), "which=best"], capsys)
+    assert code == 1 and "is not writable" in one_clear_line(err)
+    assert tested == []  # refused before minutes of decoding
