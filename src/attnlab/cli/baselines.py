@@ -97,6 +97,16 @@ def table_baselines(spec: TableSpec, records, papers, data_root: str, cache: dic
     return entries, runs
 
 
+def _previous(path: Path) -> dict | None:
+    """The baselines file already at ``path``, or None when there is none or it cannot be read (cut by a kill,
+    edited into something else): rewriting it is what this command is for."""
+    try:
+        old = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError):  # ValueError: not UTF-8 or not JSON
+        return None
+    return old if isinstance(old, dict) else None
+
+
 def write_baselines(experiments_dir: Path, runs_root: Path, out: Path, data_root: str, tables: list[str] | None,
                     check: bool = False) -> list[str]:
     """Compute and write (or, with ``check``, compare) the baselines files; returns the files written or stale."""
@@ -111,7 +121,7 @@ def write_baselines(experiments_dir: Path, runs_root: Path, out: Path, data_root
     for spec in specs:
         entries, runs = table_baselines(spec, records, papers, data_root, cache, configs)
         path = baselines_file(out, spec.name)
-        old = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+        old = _previous(path)
         if old is not None and old.get("baselines") == entries and old.get("runs") == runs:
             continue  # same numbers: keep the file (and the commit it names)
         changed.append(str(path))

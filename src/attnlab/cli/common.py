@@ -71,13 +71,14 @@ def user_errors() -> tuple[type[BaseException], ...]:
     """Exceptions that mean bad input (config, data, checkpoint), reported as one line."""
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
+    from yaml import YAMLError
 
     from attnlab.errors import ConfigError
 
     return (ConfigError, *_loaded("attnlab.tasks.base", "DataError"),
             *_loaded("attnlab.attention.base", "AttentionError"),
             *_loaded("attnlab.training.checkpointing", "CheckpointError"), HydraException, OmegaConfBaseException,
-            FileNotFoundError)
+            FileNotFoundError, YAMLError)
 
 
 def run_errors() -> tuple[type[BaseException], ...]:
@@ -88,6 +89,12 @@ def run_errors() -> tuple[type[BaseException], ...]:
 def one_line(exc: BaseException) -> str:
     """A single line for users, rewritten from Hydra's multi-line messages where they are known."""
     text = str(exc).strip()
+    if type(exc).__module__.startswith("yaml"):  # a config file that is not plain YAML (a python/... tag)
+        mark, problem = getattr(exc, "problem_mark", None), getattr(exc, "problem", None)
+        where = f"{mark.name}, line {mark.line + 1}" if mark is not None else "a config file"
+        problem = problem or text.splitlines()[0]
+        tag = "; configs are plain YAML (tags that build Python objects are never run)" if "tag" in problem else ""
+        return f"{where}: {problem}{tag}"
     override = getattr(exc, "override", None)
     if exc.__class__.__name__ == "OverrideParseException" and override is not None:
         first = text.splitlines()[0] if text else "cannot parse"

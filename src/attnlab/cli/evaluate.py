@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -129,18 +130,61 @@ def _parse_value(text: str) -> Any:
 
 
 def evaluate(path: Path, which: str = "last", overrides: list[str] | None = None) -> dict[str, Any]:
-    """Test a checkpoint on every evaluation split of its task; write and return ``eval.json``."""
+    """Test a checkpoint on every evaluation split of its task; write and return ``eval.json``.
+
+    A stop signal (SIGTERM, SIGUSR1, SIGUSR2) while testing raises ``StoppedBySignal`` and writes nothing; one
+    while the files are written waits until they are whole. A folder that cannot take ``eval.json`` is refused
+    before the test (``StorageError``), and a disk that fills while writing is a ``StorageError`` too."""
     import lightning as L
     import torch
 
     from attnlab.results.record import atomic_write_text
-    from attnlab.training.build import build_datamodule, build_module, build_task_data
-    from attnlab.training.checkpointing import LAST, checkpoint_step, init_weights_from, load_checkpoint_file
+    from attnlab.training.checkpointing import LAST, checkpoint_step, load_checkpoint_file
     from attnlab.training.outputs import write_decoded_outputs
-    from attnlab.training.records import collect_metrics
+    from attnlab.training.stop_signals import RunSignals, signals_deferred
+    from attnlab.training.storage import StorageError, storage_failure
 
     run_dir, ckpt_path = locate(path, which)
+    out = ckpt_path.with_name("eval.json" if ckpt_path.name == LAST else f"{ckpt_path.stem}.eval.json")
+    outputs = ckpt_path.with_name("eval_outputs" if ckpt_path.name == LAST else f"{ckpt_path.stem}.eval_outputs")
+    if not os.access(out.parent, os.W_OK | os.X_OK):  # said before minutes of decoding, not after them
+        raise StorageError(f"cannot write {out.name} beside the checkpoint: {out.parent} is not writable; copy the "
+                           "run folder somewhere writable and evaluate that")
     step = checkpoint_step(load_checkpoint_file(ckpt_path))
+    with RunSignals() as signals, signals.raising("while evaluating", step=step):
+        cfg, task, module, metrics = _test(run_dir, ckpt_path, overrides)
+    result = {
+        "checkpoint": str(ckpt_path.resolve()),
+        "step": step,
+        "task": cfg.task.name,
+        "splits": dict(task.eval_splits),
+        "metrics": {k: v for k, v in metrics.items() if not k.startswith(("val/", "model/"))},
+        "metric_flavours": dict(task.metric_flavours),
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "versions": {"torch": torch.__version__, "lightning": L.__version__},
+    }
+    try:
+        with signals_deferred():
+            if write_decoded_outputs(outputs, module.test_outputs, task):
+                result["outputs"] = str(outputs.resolve())
+            atomic_write_text(out, json.dumps(result, indent=2, sort_keys=True) + "\n")
+    except OSError as exc:
+        failure = storage_failure(exc, out.parent)
+        if failure is None:
+            raise
+        raise failure from None
+    result["written"] = str(out)
+    return result
+
+
+def _test(run_dir: Path, ckpt_path: Path, overrides: list[str] | None):
+    """(config, task data, module, metrics) of testing the checkpoint's weights with the run's config."""
+    import lightning as L
+
+    from attnlab.training.build import build_datamodule, build_module, build_task_data
+    from attnlab.training.checkpointing import init_weights_from
+    from attnlab.training.records import collect_metrics
+
     cfg = load_run_config(run_dir, list(overrides or []))
     L.seed_everything(int(cfg.seed), workers=True, verbose=False)
     task = build_task_data(cfg)
@@ -152,23 +196,7 @@ def evaluate(path: Path, which: str = "last", overrides: list[str] | None = None
                         enable_model_summary=False, limit_test_batches=cfg.trainer.limit_test_batches,
                         default_root_dir=str(run_dir))
     trainer.test(module, datamodule=datamodule, verbose=False)
-    result = {
-        "checkpoint": str(ckpt_path.resolve()),
-        "step": step,
-        "task": cfg.task.name,
-        "splits": dict(task.eval_splits),
-        "metrics": {k: v for k, v in collect_metrics(trainer).items() if not k.startswith(("val/", "model/"))},
-        "metric_flavours": dict(task.metric_flavours),
-        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "versions": {"torch": torch.__version__, "lightning": L.__version__},
-    }
-    out = ckpt_path.with_name("eval.json" if ckpt_path.name == LAST else f"{ckpt_path.stem}.eval.json")
-    outputs = ckpt_path.with_name("eval_outputs" if ckpt_path.name == LAST else f"{ckpt_path.stem}.eval_outputs")
-    if write_decoded_outputs(outputs, module.test_outputs, task):
-        result["outputs"] = str(outputs.resolve())
-    atomic_write_text(out, json.dumps(result, indent=2, sort_keys=True) + "\n")
-    result["written"] = str(out)
-    return result
+    return cfg, task, module, collect_metrics(trainer)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -176,12 +204,20 @@ def main(argv: list[str] | None = None) -> None:
     # Progress goes to stdout, so that a refusal is the one line on stderr (as attnlab-train's console).
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stdout)
     os.environ.setdefault("HYDRA_FULL_ERROR", "0")
+    from attnlab.training.stop_signals import StoppedBySignal
+    from attnlab.training.storage import StorageError
+
     try:
         path, which, overrides = parse_args(argv)
         quiet_lightning()
         result = evaluate(path, which, overrides)
     except (EvalError, *user_errors()) as exc:
         fail(one_line(exc))
+    except StoppedBySignal as exc:
+        fail(f"stopped by {signal.Signals(exc.signum).name} while evaluating; no eval.json was written; rerun the "
+             "same command", code=128 + int(exc.signum))
+    except StorageError as exc:
+        fail(str(exc), code=1)
     print(f"evaluated {result['checkpoint']} (step {result['step']})")
     for key, value in result["metrics"].items():
         print(f"  {key:<28} {'n/a' if value is None else f'{value:.4f}'}")

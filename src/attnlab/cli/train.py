@@ -47,7 +47,7 @@ def hydra_main(cfg: DictConfig) -> None:
 
     from attnlab.training.checkpointing import Preempted
     from attnlab.training.run import run
-    from attnlab.training.storage import RunFolderBusy, RunFolderLock
+    from attnlab.training.storage import RunFolderLock, StorageError, check_inside, check_run_folder_entries
     from attnlab.training.wandb_run import close_wandb
 
     quiet_lightning()
@@ -73,8 +73,11 @@ def hydra_main(cfg: DictConfig) -> None:
             _FAILED_JOBS[out] = str(exc)
             return
     try:
+        if multirun:  # main() checked a single run's folder before Hydra made it
+            check_inside(out, hc.sweep.dir, _RUN_DIR_PARTS, "hydra.sweep.dir")
+        check_run_folder_entries(out)
         lock = RunFolderLock(out).acquire()  # one run per folder; released however this job ends
-    except RunFolderBusy as exc:  # the folder and its record belong to the live run: write nothing
+    except StorageError as exc:  # a live owner, a planted link, a job folder outside: write nothing there
         if multirun:
             log.error("job failed: %s", exc)
             _FAILED_JOBS[out] = str(exc)
@@ -232,13 +235,22 @@ def main(argv: list[str] | None = None) -> None:
         return
     plain_run = not any(a in HYDRA_FLAGS or a.startswith(tuple(f + "=" for f in HYDRA_FLAGS)) for a in argv)
     if plain_run and is_launch_rank_zero():  # other ranks use the folder rank 0 holds
-        from attnlab.training.storage import RunFolderLock, busy_message, check_can_create
+        from attnlab.training.storage import (
+            RunFolderLock,
+            busy_message,
+            check_can_create,
+            check_inside,
+            check_run_folder_entries,
+        )
 
         try:
             checked = compose_checked("train", argv)
             check_devices_present(checked)
             run_dir = Path(_planned_run_dir(argv))
+            if not _given(argv, "hydra.run.dir"):
+                check_inside(run_dir, str(checked.paths.runs_dir), _RUN_DIR_PARTS)
             check_can_create(run_dir)
+            check_run_folder_entries(run_dir)
         except user_errors() + run_errors() as exc:
             fail(one_line(exc))
         owner = RunFolderLock.owner(run_dir)
@@ -250,7 +262,12 @@ def main(argv: list[str] | None = None) -> None:
             fail(one_line(exc))
     multirun = any(a in ("-m", "--multirun") for a in argv)
     if multirun and is_launch_rank_zero():
+        from attnlab.training.storage import check_inside
+
         try:
+            if not _given(argv, "hydra.sweep.dir"):
+                check_inside(_planned_dir(argv, "sweep"), str(compose("train", _fixed(argv)).paths.runs_dir),
+                             "hydra.sweep.dir's parts")
             check_sweep_group_choices(argv)
             check_sweep_spawns_no_processes(argv)
             check_sweep_resumes_keep_their_configs(argv)
@@ -342,10 +359,9 @@ def check_sweep_resumes_keep_their_configs(argv: list[str]) -> None:
     from omegaconf import OmegaConf, open_dict
 
     from attnlab.training.config import ConfigError
+    from attnlab.training.storage import StorageError, check_inside, check_run_folder_entries
 
     sweep_dir = Path(_planned_dir(argv, "sweep").strip("'\""))
-    if not sweep_dir.is_dir():
-        return
     plain = [a for a in argv if not a.startswith("-")]
     batches = BasicSweeper.split_arguments(OverridesParser.create().parse_overrides(plain), None)
     for number, job in enumerate(job for batch in batches for job in batch):
@@ -353,10 +369,15 @@ def check_sweep_resumes_keep_their_configs(argv: list[str]) -> None:
         with open_dict(layout):
             OmegaConf.update(layout, "hydra.job.num", number, force_add=True)
         job_dir = sweep_dir / str(layout.hydra.sweep.subdir)
+        try:
+            check_inside(job_dir, sweep_dir, "run_name or an interpolation in it", "hydra.sweep.dir")
+        except StorageError as exc:
+            raise ConfigError(f"sweep job {number} ({' '.join(job)}): {exc}; no job was started") from None
         if job_dir.is_dir():
             try:
+                check_run_folder_entries(job_dir)  # Hydra rewrites the job's .hydra/*.yaml before the job can look
                 check_resume_keeps_the_config(compose_checked("train", job), job_dir)
-            except ConfigError as exc:
+            except (ConfigError, StorageError) as exc:
                 raise ConfigError(f"sweep job {number} ({' '.join(job)}): {exc}") from None
 
 
@@ -398,6 +419,24 @@ def check_sweep_spawns_no_processes(argv: list[str]) -> None:
         check_no_spawned_processes(cfg)
 
 
+# What a run folder's name is made of, for the line that refuses one outside paths.runs_dir.
+_RUN_DIR_PARTS = "task name, run_name, paths.run_id or an interpolation in them"
+
+
+def _given(argv: list[str], key: str) -> bool:
+    """Whether the user's command line sets ``key`` itself (then its folder is theirs to choose)."""
+    return any(a.lstrip("+").startswith(key + "=") for a in argv)
+
+
+def _fixed(argv: list[str]) -> list[str]:
+    """The overrides of ``argv`` that are neither flags nor sweeps."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    plain = [a for a in argv if not a.startswith("-")]
+    parsed = OverridesParser.create().parse_overrides(plain)
+    return [a for a, o in zip(plain, parsed) if not o.is_sweep_override()]
+
+
 def _planned_run_dir(argv: list[str]) -> str:
     """Where Hydra will put this single run (timestamps may differ by a second; only the parent matters)."""
     return _planned_dir(argv, "run")
@@ -405,12 +444,7 @@ def _planned_run_dir(argv: list[str]) -> str:
 
 def _planned_dir(argv: list[str], mode: str) -> str:
     """``hydra.run.dir`` or ``hydra.sweep.dir`` as Hydra will resolve it (sweep values and flags left out)."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
-    plain = [a for a in argv if not a.startswith("-")]
-    parsed = OverridesParser.create().parse_overrides(plain)
-    single = [a for a, o in zip(plain, parsed) if not o.is_sweep_override()]
-    cfg = compose("train", single, with_hydra=True)
+    cfg = compose("train", _fixed(argv), with_hydra=True)
     return str(cfg.hydra.run.dir if mode == "run" else cfg.hydra.sweep.dir)
 
 

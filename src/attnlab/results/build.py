@@ -160,8 +160,11 @@ def one_line(text: str, limit: int = 80) -> str:
 
 
 def _cost_stat(records: list[Loaded], dotted: str) -> Stat | None:
+    """Mean and spread of a cost field over ``records``; a non-finite value (a NaN or Infinity written by hand
+    or by a clock gone wrong) counts as not recorded: cost describes a run, it is not its result."""
     vals = [get_field(r.data, dotted) for r in records]
-    return summarize([float(v) for v in vals if isinstance(v, (int, float)) and not isinstance(v, bool)])
+    return summarize([float(v) for v in vals
+                      if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)])
 
 
 def _paper_cell(

@@ -23,7 +23,10 @@ import hashlib
 import json
 import math
 import os
+import re
+import socket
 import tempfile
+import time
 import typing
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -335,6 +338,9 @@ def validate_record(record: Any) -> list[str]:
         problems.append("a failed record needs a non-empty 'error'")
     if isinstance(error, str) and ("\n" in error or "\r" in error):
         problems.append("error must be one line")
+    experiment = record.get("experiment")
+    if isinstance(experiment, str) and any(ord(c) < 32 or ord(c) == 127 for c in experiment):
+        problems.append(f"experiment must be a preset name, got {experiment!r} (control characters)")
     scale = record.get("scale")
     if isinstance(scale, str) and scale not in SCALES:
         problems.append(f"scale must be one of {', '.join(SCALES)}, got {scale!r}")
@@ -417,11 +423,67 @@ def file_mode() -> int:
     return 0o666 & ~mask
 
 
+# Every atomic writer names its temporary file ``.<name>.<host>-<pid>.<random>.tmp``: the next writer of the same
+# file removes those whose process is gone (a kill -9 mid-write), and leaves a live writer's alone.
+_HOST = re.sub(r"[^A-Za-z0-9_]", "_", socket.gethostname()) or "host"
+_TEMP_OF_WRITER = re.compile(r"(?P<host>[A-Za-z0-9_]+)-(?P<pid>\d+)\.[a-z0-9_]+")
+_TEMP_WITHOUT_WRITER = re.compile(r"[a-z0-9_]{8}")  # written before the writer was named: swept when old
+_TEMP_WITHOUT_WRITER_AGE_S = 3600.0
+
+
+def temp_prefix(path: Path) -> str:
+    """The name prefix of a temporary file that will be renamed to ``path``; it names this host and process."""
+    return f".{path.name}.{_HOST}-{os.getpid()}."
+
+
+def sweep_stale_temps(path: Path) -> int:
+    """Remove the temporary files that killed writers of ``path`` left beside it (the writers' own pattern:
+    written on this host by a process that no longer runs, or an unnamed one untouched for an hour); returns how
+    many. Such files would otherwise stay for ever (and show in ``git status`` under results/)."""
+    head = f".{path.name}."
+    removed = 0
+    try:
+        entries = list(os.scandir(path.parent))
+    except OSError:
+        return 0
+    for entry in entries:
+        if not (entry.name.startswith(head) and entry.name.endswith(".tmp")):
+            continue
+        rest = entry.name[len(head):-len(".tmp")]
+        named = _TEMP_OF_WRITER.fullmatch(rest)
+        try:
+            if named is not None:
+                stale = named["host"] == _HOST and not _process_alive(int(named["pid"]))
+            else:
+                stale = bool(_TEMP_WITHOUT_WRITER.fullmatch(rest)) and \
+                    time.time() - entry.stat(follow_symlinks=False).st_mtime > _TEMP_WITHOUT_WRITER_AGE_S
+            if stale and not entry.is_dir(follow_symlinks=False):
+                os.unlink(entry.path)
+                removed += 1
+        except OSError:
+            continue  # gone already (another writer swept it), or not ours to remove
+    return removed
+
+
+def _process_alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's live process
+        return True
+    return True
+
+
 def atomic_write_text(path: str | os.PathLike, text: str) -> None:
-    """Write ``text`` to ``path`` so that readers see the old file or the whole new one, never a part."""
+    """Write ``text`` to ``path`` so that readers see the old file or the whole new one, never a part (and
+    remove what killed writers of ``path`` left, :func:`sweep_stale_temps`)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    sweep_stale_temps(path)
+    fd, tmp = tempfile.mkstemp(prefix=temp_prefix(path), suffix=".tmp", dir=path.parent)
     try:
         os.chmod(tmp, file_mode())
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
@@ -435,13 +497,15 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> None:
 
 
 def write_files_atomically(files: Mapping[Path, bytes]) -> list[Path]:
-    """Write every file to a temp name beside it, then rename all; on any error remove the temps."""
+    """Write every file to a temp name beside it, then rename all; on any error remove the temps (and first
+    remove what killed writers of these files left, :func:`sweep_stale_temps`)."""
     temps: list[tuple[str, Path]] = []
     mode = file_mode()
     try:
         for path, content in files.items():
             path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+            sweep_stale_temps(path)
+            fd, tmp = tempfile.mkstemp(prefix=temp_prefix(path), suffix=".tmp", dir=path.parent)
             temps.append((tmp, path))
             os.chmod(tmp, mode)
             with os.fdopen(fd, "wb") as fh:
@@ -496,6 +560,8 @@ def load_json(path: str | os.PathLike) -> Any:
         ) from exc
     except RecursionError as exc:  # a run record is a few levels deep; thousands of brackets are damage
         raise RecordError(f"{path}: nested too deeply to be a run record") from exc
+    except ValueError as exc:  # an integer past Python's digit limit (int_max_str_digits): damage, not a number
+        raise RecordError(f"{path}: holds a number too long to read ({str(exc).split(':')[0]})") from exc
 
 
 def read_record(path: str | os.PathLike) -> dict[str, Any]:

@@ -18,7 +18,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from attnlab.results.record import file_mode
+from attnlab.results.record import file_mode, sweep_stale_temps, temp_prefix
 
 log = logging.getLogger("attnlab")
 MAGIC = b"attnlab-cache v1 sha256="
@@ -51,7 +51,8 @@ def write_entry(path: Path, payload: bytes) -> bool:
     tmp: str | None = None
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
+        sweep_stale_temps(path)  # what a writer of this entry killed mid-write left
+        fd, tmp = tempfile.mkstemp(prefix=temp_prefix(path), suffix=".tmp", dir=folder)
         with os.fdopen(fd, "wb") as fh:
             fh.write(MAGIC + _digest(payload).encode("ascii") + b"\n")
             fh.write(payload)

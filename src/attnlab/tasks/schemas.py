@@ -24,6 +24,12 @@ class CommonTask:
     data_seed: Any = None
     at_scale: dict = field(default_factory=dict)
 
+    @classmethod
+    def why_no_data(cls, task: Any) -> str | None:
+        """Why the task's settings (``task``: the scaled, resolved section) cannot produce its data, checked with
+        the config before any folder exists; None when they can."""
+        return None
+
 
 @dataclass
 class AlgorithmicTask(CommonTask):
@@ -38,6 +44,21 @@ class AlgorithmicTask(CommonTask):
     test_min_len: int = 1
     test_max_len: int = 400
 
+    @classmethod
+    def why_no_data(cls, task: Any) -> str | None:
+        base, train_max, test_min, test_max = (task.get(k, getattr(cls, k)) for k in
+                                               ("base", "train_max_len", "test_min_len", "test_max_len"))
+        if not 2 <= base <= 10:
+            return f"task.base={base} must be between 2 and 10 (decimal symbols)"
+        if train_max < 1 or test_min < 1:
+            return f"task.train_max_len={train_max} and task.test_min_len={test_min} must be at least 1"
+        if test_min > test_max:
+            return f"task.test_min_len={test_min} is above task.test_max_len={test_max}: no test length exists"
+        if test_max < train_max:
+            return (f"task.test_max_len={test_max} is below task.train_max_len={train_max}: the test would not "
+                    "reach the training lengths")
+        return None
+
 
 @dataclass
 class ListOpsTask(CommonTask):
@@ -50,6 +71,15 @@ class ListOpsTask(CommonTask):
     max_len: int = 2000
     max_depth: int = 10
     max_args: int = 10
+
+    @classmethod
+    def why_no_data(cls, task: Any) -> str | None:
+        min_len, max_len = task.get("min_len", cls.min_len), task.get("max_len", cls.max_len)
+        if not 1 <= min_len <= max_len:
+            return f"task.min_len={min_len} and task.max_len={max_len} must satisfy 1 <= min_len <= max_len"
+        if task.get("max_depth", cls.max_depth) < 1 or task.get("max_args", cls.max_args) < 2:
+            return "task.max_depth must be at least 1 and task.max_args at least 2 (an operator takes two or more)"
+        return None
 
 
 @dataclass
@@ -218,6 +248,13 @@ class LteTask(CommonTask):
     train_size: int = 0
     val_size: int = 0
     test_size: int = 0
+
+    @classmethod
+    def why_no_data(cls, task: Any) -> str | None:
+        length, nesting = task.get("length", cls.length), task.get("nesting", cls.nesting)
+        if length < 1 or nesting < 1:
+            return f"task.length={length} and task.nesting={nesting} must be at least 1"
+        return None
 
 
 @dataclass

@@ -13,6 +13,7 @@ import json
 import logging
 import os
 import re
+import stat
 import sys
 import zlib
 from pathlib import Path
@@ -44,6 +45,9 @@ def find_file(root: Path, relative: str, *, hub_override: str | None = None) -> 
     for candidate in (root / relative, root / f"{relative}.gz"):
         if candidate.is_file():
             return candidate
+        if candidate.exists():  # a FIFO, a device, a folder: there, but nothing a task can read as data
+            raise DataError(f"data file {candidate} is not a regular file ({_kind(candidate)}); replace it with the "
+                            "file itself")
     hub = f", or load it from the Hugging Face hub with {hub_override}" if hub_override else ""
     raise DataError(
         f"data file {relative}[.gz] not found under {root}; set paths.data_root (or ATTNLAB_DATA_ROOT) "
@@ -51,14 +55,43 @@ def find_file(root: Path, relative: str, *, hub_override: str | None = None) -> 
     )
 
 
+def _kind(path: Path) -> str:
+    mode = path.stat().st_mode
+    for test, name in ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return name
+    return "not a plain file"
+
+
+def _read_bounded(fh, path: Path) -> bytes:
+    """All of ``fh``, read in chunks, refusing a line past the cap as soon as it is (a gzip file of 1.5 MB can
+    inflate to 1.5 GiB without a line end: refused at 400 kB, not after filling the memory)."""
+    limit = MAX_LINE_CHARS * 4  # UTF-8 takes at most 4 bytes per character
+    chunks, line_bytes, line_no = [], 0, 1
+    while chunk := fh.read(1 << 20):
+        chunks.append(chunk)
+        first, last = chunk.find(b"\n"), chunk.rfind(b"\n")
+        if first >= 0 and line_bytes + first <= limit:  # the line in progress ended within the cap
+            line_no += chunk.count(b"\n")
+            line_bytes = len(chunk) - last - 1
+        elif first < 0:
+            line_bytes += len(chunk)
+        else:
+            line_bytes += first
+        if line_bytes > limit:
+            raise DataError(f"{path}:{line_no}: line longer than the {MAX_LINE_CHARS} characters a data line may "
+                            f"have ({line_bytes} bytes without a line end so far); split or remove it")
+    return b"".join(chunks)
+
+
 def read_text(path: Path) -> str:
     """The whole file as UTF-8 (gzip when it ends in .gz); undecodable bytes are reported with their line."""
     try:
-        if path.suffix == ".gz":
-            with gzip.open(path, "rb") as f:
-                raw = f.read()
-        else:
-            raw = path.read_bytes()
+        if not stat.S_ISREG(path.stat().st_mode):  # opening a FIFO would wait for a writer for ever
+            raise DataError(f"data file {path} is not a regular file ({_kind(path)}); replace it with the file itself")
+        with (gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")) as f:
+            raw = _read_bounded(f, path)
     except (OSError, EOFError, zlib.error) as exc:  # zlib.error: a damaged gzip stream
         raise DataError(f"cannot read data file {path}: {exc.__class__.__name__}: {exc}") from None
     try:

@@ -120,7 +120,7 @@ def build_tokenizer(kind: str, texts: Sequence[str], *, vocab_size: int, lowerca
     tok = load_cached_tokenizer(path)
     if tok is not None:
         log.info("tokenizer: %s loaded from the cache %s", kind, path)
-        return tok
+        return _with_tokens(tok, kind, vocab_size, min_frequency)
     log.info("training a %s tokenizer (vocabulary %d) on %d lines ...", kind, vocab_size, len(texts))
     started = time.monotonic()
     tok = _train(kind, texts, vocab_size, lowercase, min_frequency)
@@ -128,9 +128,20 @@ def build_tokenizer(kind: str, texts: Sequence[str], *, vocab_size: int, lowerca
     for i, special in enumerate(SPECIALS):
         if tok.token_to_id(special) != i:
             raise DataError(f"tokenizer put {special} at id {tok.token_to_id(special)}, expected {i}")
+    _with_tokens(tok, kind, vocab_size, min_frequency)
     cached = write_entry(path, tok.to_str().encode("utf-8"))
     log.info("tokenizer trained in %.1f s: %d tokens%s", trained_s, tok.get_vocab_size(),
              f", cached as {path}" if cached else " (not cached)")
+    return tok
+
+
+def _with_tokens(tok: Tokenizer, kind: str, vocab_size: int, min_frequency: int) -> Tokenizer:
+    """``tok`` when it has a token beyond the specials; a vocabulary of specials alone would map every word to
+    <unk>, and the run would end "completed" with a score of 0."""
+    if tok.get_vocab_size() <= len(SPECIALS):
+        raise DataError(f"the {kind} tokenizer learned no token beyond the {len(SPECIALS)} special ones "
+                        f"(tokenizer.vocab_size={vocab_size}, min_frequency={min_frequency}); raise vocab_size or "
+                        "lower min_frequency")
     return tok
 
 
@@ -191,6 +202,17 @@ def _encode(tok: Tokenizer, texts: Sequence[str]) -> list[list[int]]:
     return [enc.ids for enc in tok.encode_batch(list(texts), add_special_tokens=False)]
 
 
+def _fits(ids: np.ndarray, offsets: np.ndarray, texts: int, vocab_size: int) -> bool:
+    """Whether a cached entry can be the ids of ``texts`` texts under a vocabulary of ``vocab_size``: its
+    checksum proves only that the file is whole, not that its writer used this vocabulary (an id past it would
+    be an IndexError deep inside the embedding)."""
+    if ids.ndim != 1 or offsets.ndim != 1 or len(offsets) != texts + 1:
+        return False
+    if offsets[0] != 0 or offsets[-1] != len(ids) or bool(np.any(np.diff(offsets) < 0)):
+        return False
+    return not len(ids) or (int(ids.min()) >= 0 and int(ids.max()) < vocab_size)
+
+
 def encode_all(tok: Tokenizer, texts: Sequence[str], *, cache_dir: str | os.PathLike | None = None,
                cache: bool = True) -> list[list[int]]:
     """The ids of every text (no specials), cached on disk under ``<tokenizer cache>/encoded/`` by a key of
@@ -205,8 +227,9 @@ def encode_all(tok: Tokenizer, texts: Sequence[str], *, cache_dir: str | os.Path
     if payload is not None:
         try:
             with np.load(io.BytesIO(payload)) as stored:
-                flat, offsets = stored["ids"].tolist(), stored["offsets"].tolist()
-            if len(offsets) == len(texts) + 1:
+                ids_array, offsets_array = stored["ids"], stored["offsets"]
+            if _fits(ids_array, offsets_array, len(texts), tok.get_vocab_size()):
+                flat, offsets = ids_array.tolist(), offsets_array.tolist()
                 return [flat[a:b] for a, b in zip(offsets[:-1], offsets[1:])]
         except Exception:  # noqa: BLE001 - an entry whose checksum holds but numpy cannot read: re-encode
             pass

@@ -325,6 +325,9 @@ def validate(cfg: DictConfig) -> None:
                    f"recurrence {recurrence}")
     _check_section(view.task, task_schema(view.task.get("loader")), "task")
     _check_task_sizes(view.task)
+    impossible = task_schema(view.task.get("loader")).why_no_data(view.task) or _tokenizer_too_small(view.task)
+    if impossible:
+        raise ConfigError(f"{impossible}; task {view.task.get('name')} cannot generate its data")
     _check_attention_builds(view)
 
     if cfg.optim.get("plateau") is not None:
@@ -403,6 +406,18 @@ def _check_ranges(view: DictConfig) -> None:
     top_k = ckpt.get("save_top_k") if isinstance(ckpt, DictConfig) else None
     if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < -1):
         raise ConfigError(f"callbacks.checkpoint.save_top_k={top_k!r} must be -1 (all), 0 or a positive integer")
+
+
+def _tokenizer_too_small(task: DictConfig) -> str | None:
+    """A ``tokenizer.vocab_size`` with no room beyond the special tokens (0 means: no limit)."""
+    from attnlab.tasks.vocab import SPECIALS
+
+    tokenizer = task.get("tokenizer")
+    size = tokenizer.get("vocab_size") if isinstance(tokenizer, DictConfig) else None
+    if isinstance(size, int) and not isinstance(size, bool) and 0 < size <= len(SPECIALS):
+        return (f"task.tokenizer.vocab_size={size} leaves no room for a token beyond the {len(SPECIALS)} special "
+                "ones (0: no limit)")
+    return None
 
 
 def _check_task_sizes(task: DictConfig) -> None:

@@ -7,6 +7,7 @@ They hold only plain dicts as hyperparameters so checkpoints load with ``weights
 from __future__ import annotations
 
 import time
+import warnings
 from typing import Any
 
 import lightning as L
@@ -19,6 +20,16 @@ from attnlab.metrics import GroupedAnswerScore, MaskedLMScore, Perplexity, Ratio
 from attnlab.models import DecoderLM, EncoderClassifier, EncoderDecoder, EncoderMLM
 from attnlab.training.data import pop_eval_slot
 from attnlab.training.schedules import lr_multiplier
+
+# Lightning warns at every fit and test that ``on_before_batch_transfer`` is defined on the LightningModule
+# while a LightningDataModule is passed, and that the module's hook is used: that is the design here (the
+# hook needs the task's pad id, which the module holds), so the warning, a second stderr line under every
+# one-line refusal or stop, says nothing. Exactly this message is silenced; every other warning stays.
+warnings.filterwarnings(
+    "ignore",
+    message=r"You have overridden `on_before_batch_transfer` in `LightningModule` but have passed in a "
+            r"`LightningDataModule`\. It will use the implementation from `LightningModule` instance\.",
+)
 
 # The batch entry saying which token tensors hold padding (``TaskModule.on_before_batch_transfer``).
 PADDED = "padded"

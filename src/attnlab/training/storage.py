@@ -100,6 +100,72 @@ def storage_failure(exc: BaseException, run_dir: Path) -> StorageError | None:
     return None
 
 
+# -- what a run folder may hold ----------------------------------------------------------------------------
+# wandb keeps its own links (latest-run, debug.log) in its folder and writes nothing through ours.
+_LINKS_OF_OTHERS = ("wandb",)
+
+
+def check_inside(run_dir: str | os.PathLike, runs_dir: str | os.PathLike, given_as: str,
+                 root_name: str = "paths.runs_dir") -> None:
+    """Refuse a run folder that its config parts (``run_name``, ``paths.run_id``, the task name, an
+    interpolation) place outside ``runs_dir``: a ``../`` or an absolute part would put checkpoints, records and
+    logs (and the folder ``resume=auto`` reads) anywhere. Compared by path, before anything exists."""
+    folder = Path(os.path.normpath(os.path.abspath(run_dir)))
+    root = Path(os.path.normpath(os.path.abspath(runs_dir)))
+    if folder == root or not folder.is_relative_to(root):
+        raise StorageError(f"the run folder {folder} is not inside {root_name} ({root}): a part of its name "
+                           f"({given_as}) leaves it; remove the '..' or '/' from it, or give hydra.run.dir "
+                           "explicitly")
+
+
+# The folders attnlab and Hydra make in a run folder: a file in one's place would end the run with a traceback.
+RUN_SUBFOLDERS = (".hydra", "checkpoints", "csv", "outputs", "ponder", "attention")
+
+
+def check_run_folder_entries(run_dir: str | os.PathLike) -> None:
+    """Refuse a run folder that holds a symbolic link where attnlab or Hydra write (the lock, ``train.log``,
+    ``.hydra/*.yaml``, metrics, checkpoints, outputs): writing through it would truncate or append to whatever
+    it names; or a file where one of its folders goes (``checkpoints`` as a file). One line naming it;
+    nothing is written."""
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        return
+    for name in RUN_SUBFOLDERS:
+        entry = run_dir / name
+        if entry.exists() and not entry.is_symlink() and not entry.is_dir():
+            raise StorageError(f"{entry} is a file where the run keeps its {name} folder; move it away, or start "
+                               "a new run (another paths.run_id)")
+    for root, dirs, files in os.walk(run_dir):  # does not descend into linked folders; lists them in dirs
+        if Path(root) == run_dir:
+            dirs[:] = [d for d in dirs if d not in _LINKS_OF_OTHERS]
+        for name in (*dirs, *files):
+            path = Path(root) / name
+            if path.is_symlink():
+                raise StorageError(f"{path} is a symbolic link (to {os.readlink(path)}): attnlab never writes "
+                                   "through a link in a run folder; remove it, or start a new run (another "
+                                   "paths.run_id)")
+
+
+def open_no_follow(path: str | os.PathLike, flags: int, mode: int = 0o666) -> int:
+    """``os.open`` that refuses (StorageError, one line) to open a symbolic link: a link planted between the
+    preflight's look and this open is not written through either."""
+    try:
+        return os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise StorageError(f"{path} is a symbolic link: attnlab never writes through a link in a run folder; "
+                               "remove it") from None
+        raise
+
+
+class RunLogFileHandler(logging.FileHandler):
+    """The run folder's ``train.log`` (hydra/job_logging/attnlab.yaml): appended to, never through a link."""
+
+    def _open(self):
+        fd = open_no_follow(self.baseFilename, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+        return os.fdopen(fd, "a", encoding=self.encoding, errors=self.errors)
+
+
 # -- one run per folder ---------------------------------------------------------------------------------
 class RunFolderLock:
     """``<run>/.attnlab.lock``: held (``flock``) by the one attnlab-train working in the folder, and naming its
@@ -136,7 +202,7 @@ class RunFolderLock:
 
         self.run_dir.mkdir(parents=True, exist_ok=True)
         while True:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            fd = open_no_follow(self.path, os.O_RDWR | os.O_CREAT, 0o644)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 
@@ -15,7 +16,8 @@ MISSING = "missing"
 
 def total_wall_s(records) -> float:
     """The summed wall seconds of run records (a record without one counts 0): the compute behind a table."""
-    return sum(float((rec.data.get("cost") or {}).get("wall_s") or 0.0) for rec in records)
+    walls = (float((rec.data.get("cost") or {}).get("wall_s") or 0.0) for rec in records)
+    return sum(w for w in walls if math.isfinite(w))  # a NaN or Infinity is no time spent (build._cost_stat)
 
 
 def fmt_num(x: float, digits: int) -> str:
