@@ -8,6 +8,14 @@ from pathlib import Path
 
 import pytest
 
+# Without CUDA, Triton kernels run in Triton's interpreter (tests/attention/test_bigbird_triton.py). Triton
+# reads this when a kernel is defined, so it is set before any test imports triton.
+if os.environ.get("CUDA_VISIBLE_DEVICES", None) != "" and "TRITON_INTERPRET" not in os.environ:
+    import torch
+
+    if not torch.cuda.is_available():
+        os.environ["TRITON_INTERPRET"] = "1"
+
 REPO = Path(__file__).resolve().parents[1]
 CONF = REPO / "src" / "attnlab" / "conf"
 SHARED_DATA = Path(os.environ.get("ATTNLAB_SHARED_DATA", REPO.parent / "shared" / "data"))

@@ -127,7 +127,7 @@ def _record(cfg: DictConfig, run_dir: Path, command: str | None, trainer: L.Trai
         "versions": {"python": platform.python_version(), "torch": torch.__version__,
                      "lightning": L.__version__, "attnlab": attnlab.__version__},
         "extra": {"debug": cfg.get("debug_mode"), "skipped_batches": guard.skipped,
-                  **_attention_coverage(module, task)},
+                  **_attention_coverage(module, task), **_attention_kernels(module)},
     })
     return record
 
@@ -145,6 +145,14 @@ def config_value(cfg: DictConfig):
         return str(found) if key == "hardware.precision" else found
 
     return value
+
+
+def _attention_kernels(module: TaskModule) -> dict[str, Any]:
+    """``attention_kernels``: the kernels that served the attention modules that can choose one (BigBird's
+    ``impl``: triton, flex, blocked, reference, or dense under its fallback rule), as they ran in this process
+    (``impl=auto`` decides at the run's shapes); nothing where no module chooses."""
+    used = [m.kernels_used for m in module.model.modules() if isinstance(getattr(m, "kernels_used", None), set)]
+    return {"attention_kernels": sorted(set().union(*used))} if used else {}
 
 
 def _attention_coverage(module: TaskModule, task: TaskData) -> dict[str, Any]:
