@@ -252,3 +252,31 @@ def test_auto_uses_triton_after_its_self_test_and_the_record_names_it(kernel, mo
     if kernel == "wrong_values":
         assert "triton kernel" in lines[0] and "output differs from the reference" in lines[0]
     assert _attention_kernels(SimpleNamespace(model=torch.nn.Sequential(module))) == {"attention_kernels": [expected]}
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("causal", [False, True], ids=["bidirectional", "causal"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_on_cuda_at_the_paper_block_equals_the_reference(causal, dtype):
+    """The compiled kernel on a GPU: blocks of 64, 12 heads of 64, per-head plans with 3 random blocks, 2048
+    tokens (32 blocks: split global rows and columns), padded lengths; fp32 within 1e-4 (TF32 off, see
+    tests/conftest.py), bf16 within 3e-2 of the fp32 reference."""
+    cuda = torch.device("cuda")
+    randoms = draw_random_blocks(32, heads=12, window_blocks=3, num_global_blocks=2, num_random_blocks=3,
+                                 causal=causal, generator=torch.Generator().manual_seed(0))
+    plan = build_bigbird_plan(randoms, 32, block_size=64, window_blocks=3, num_global_blocks=2,
+                              causal=causal).to(cuda)
+    g = torch.Generator().manual_seed(1)
+    q, k, v, grad_out = (torch.randn(2, 12, 2048, 64, generator=g).to(cuda) for _ in range(4))
+    lengths = torch.tensor([2048, 2000], device=cuda)
+    pad = torch.arange(2048, device=cuda)[None] >= lengths[:, None]
+    grad_out = grad_out.masked_fill(pad[:, None, :, None], 0)
+    fp32 = [t.clone().requires_grad_() for t in (q, k, v)]
+    expected = value_and_grads(blocksparse_attention, *fp32, grad_out, plan=plan, key_padding_mask=pad)
+    low = [t.to(dtype).requires_grad_() for t in (q, k, v)]
+    got = value_and_grads(bt.triton_blocksparse_attention, *low, grad_out.to(dtype), plan=plan, lengths=lengths)
+    real = ~pad[:, None, :, None]
+    got[0], expected[0] = got[0] * real, expected[0] * real
+    tolerance = 1e-4 if dtype == torch.float32 else 3e-2
+    for name, a, b in zip(("output", "dQ", "dK", "dV"), got, expected):
+        assert float((a - b).abs().max()) <= tolerance * max(1.0, float(b.abs().max())), name
