@@ -75,7 +75,9 @@ class Throughput(L.Callback):
         self._window_seconds += elapsed
         self._window_steps = window_steps
         if warmed_up:
-            self._steady_mark = (self.own_tokens, self.train_seconds, self.total_steps)
+            # the count may be a device tensor added to in place: keep a copy, read nothing back here
+            tokens = self.own_tokens.clone() if isinstance(self.own_tokens, torch.Tensor) else self.own_tokens
+            self._steady_mark = (tokens, self.train_seconds, self.total_steps)
         if not logged:
             return
         pl_module.log("perf/tokens_per_s", float(self._window_tokens) / max(self._window_seconds, 1e-9),
@@ -106,7 +108,7 @@ class Throughput(L.Callback):
         seconds, steps = self.train_seconds - seconds0, self.total_steps - steps0
         if seconds <= 0 or steps <= 0:
             return {"steady_tokens_per_s": None, "steady_step_s": None, "steady_steps": 0}
-        return {"steady_tokens_per_s": (self.own_tokens - tokens0) * world_size / seconds,
+        return {"steady_tokens_per_s": float(self.own_tokens - tokens0) * world_size / seconds,
                 "steady_step_s": seconds / steps, "steady_steps": steps}
 
 
