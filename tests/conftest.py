@@ -8,6 +8,14 @@ from pathlib import Path
 
 import pytest
 
+# Without CUDA, Triton kernels run in Triton's interpreter (tests/attention/test_bigbird_triton.py). Triton
+# reads this when a kernel is defined, so it is set before any test imports triton.
+if os.environ.get("CUDA_VISIBLE_DEVICES", None) != "" and "TRITON_INTERPRET" not in os.environ:
+    import torch
+
+    if not torch.cuda.is_available():
+        os.environ["TRITON_INTERPRET"] = "1"
+
 REPO = Path(__file__).resolve().parents[1]
 CONF = REPO / "src" / "attnlab" / "conf"
 SHARED_DATA = Path(os.environ.get("ATTNLAB_SHARED_DATA", REPO.parent / "shared" / "data"))
@@ -99,3 +107,25 @@ def _quiet_wandb(monkeypatch, tmp_path):
     monkeypatch.setenv("WANDB_SILENT", "true")
     monkeypatch.setenv("WANDB_DIR", str(tmp_path))
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+
+
+@pytest.fixture(autouse=True)
+def _exact_fp32_matmuls_on_gpu(request):
+    """GPU tests compare fp32 results with tolerances that assume full fp32 matmuls. Whether TF32 is on by
+    default differs between torch versions, and one test that turns it on would leak it into the next in the
+    same worker, so every ``gpu`` test starts with TF32 off and leaves the setting as it found it."""
+    if request.node.get_closest_marker("gpu") is None:
+        yield
+        return
+    import torch
+
+    saved = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32,
+             torch.get_float32_matmul_precision())
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    torch.set_float32_matmul_precision("highest")
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved[:2]
+        torch.set_float32_matmul_precision(saved[2])

@@ -153,9 +153,13 @@ def test_impl_option_routing_and_refusals():
     with pytest.raises(AttentionError) as err:
         flex.kernel_for(torch.device("cpu"), need_grad=True)
     assert "\n" not in str(err.value)
-    for bad in ({"impl": "triton"}, {"num_global_tokens": 2}):
+    for bad in ({"impl": "cuda"}, {"num_global_tokens": 2}):
         with pytest.raises(AttentionError):
             build_attention("bigbird", **kw, **bad)
+    # impl=triton needs tl.dot's shapes (powers of two >= 16): blocks of 4 are refused in one line
+    with pytest.raises(AttentionError, match="block_size 4 is not a power of two >= 16") as err:
+        build_attention("bigbird", impl="triton", **kw).kernel_for(torch.device("cpu"), need_grad=True)
+    assert "\n" not in str(err.value)
 
 
 @pytest.mark.gpu

@@ -23,6 +23,12 @@ from attnlab.attention.kernels.blocksparse_reference import (
     blocksparse_attention_at,
     gathered_probs,
 )
+from attnlab.attention.kernels.blocksparse_triton import (
+    lengths_from_padding,
+    shape_unsupported,
+    triton_blocksparse_attention,
+    triton_unavailable,
+)
 from attnlab.attention.masks import build_allowed_mask
 from attnlab.attention.registry import register_attention
 
@@ -44,23 +50,48 @@ class BigBirdOptions:
     impl: str = "auto"
 
 
-IMPLS = ("auto", "reference", "blocked", "flex")
+IMPLS = ("auto", "reference", "blocked", "flex", "triton")
 
-# Devices where impl=auto considers FlexAttention (on CPU the blocked kernel is faster, and has a backward).
+# Devices where impl=auto considers our Triton kernel, then FlexAttention (on CPU the blocked kernel is faster,
+# and has a backward).
+TRITON_AUTO_DEVICES = ("cuda",)
 FLEX_AUTO_DEVICES = ("cuda",)
-# {shape: FlexAttention passed its self-test} for impl=auto (BigBirdAttention.kernel_for), per process.
+# {shape: the kernel passed its self-test} for impl=auto (BigBirdAttention.kernel_for), per process.
+TRITON_SELF_TESTS: dict[tuple, bool] = {}
 FLEX_SELF_TESTS: dict[tuple, bool] = {}
 # Largest difference to the fp32 reference a self-test accepts, by input dtype (bf16 keeps 8 mantissa bits).
 FLEX_TOLERANCE = {torch.float32: 2e-3, torch.float16: 1e-2, torch.bfloat16: 5e-2}
 
 
+def _triton_with_mask(q, k, v, plan, *, key_padding_mask=None, scale=None):
+    """The Triton kernel behind the reference's signature (a suffix padding mask becomes lengths)."""
+    b, _, length, _ = q.shape
+    lengths = lengths_from_padding(key_padding_mask, b, length, q.device)
+    return triton_blocksparse_attention(q, k, v, plan, lengths=lengths, scale=scale)
+
+
 def flex_self_test(plan: BlockSparsePlan, *, heads: int, head_dim: int, dtype: torch.dtype, padded: bool,
                    need_grad: bool) -> str | None:
-    """Run FlexAttention once on random inputs of one sequence at ``plan``'s length (with a padding mask when
-    ``padded``), forward and, with ``need_grad``, backward, and compare with the reference kernel in fp32.
-    None when it compiled and agreed; else why not, in one line. Any exception is an answer here: a kernel
-    that fails to compile (Inductor finding no valid tile for the block size, a backward that does not
-    exist) must make ``impl=auto`` fall back, never crash the run inside ``loss.backward()``."""
+    """``kernel_self_test`` of FlexAttention."""
+    return kernel_self_test(flex_blocksparse_attention, plan, heads=heads, head_dim=head_dim, dtype=dtype,
+                            padded=padded, need_grad=need_grad)
+
+
+def triton_self_test(plan: BlockSparsePlan, *, heads: int, head_dim: int, dtype: torch.dtype, padded: bool,
+                     need_grad: bool) -> str | None:
+    """``kernel_self_test`` of our Triton kernel."""
+    return kernel_self_test(_triton_with_mask, plan, heads=heads, head_dim=head_dim, dtype=dtype, padded=padded,
+                            need_grad=need_grad)
+
+
+def kernel_self_test(kernel, plan: BlockSparsePlan, *, heads: int, head_dim: int, dtype: torch.dtype,
+                     padded: bool, need_grad: bool) -> str | None:
+    """Run ``kernel`` (the reference's signature) once on random inputs of one sequence at ``plan``'s length
+    (with a padding mask when ``padded``), forward and, with ``need_grad``, backward, and compare with the
+    reference kernel in fp32. None when it compiled and agreed; else why not, in one line. Any exception is an
+    answer here: a kernel that fails to compile (Inductor finding no valid tile for the block size, a backward
+    that does not exist, a Triton compile error) must make ``impl=auto`` fall back, never crash the run inside
+    ``loss.backward()``."""
     device = plan.key_blocks.device
     length = plan.num_blocks * plan.block_size
     generator = torch.Generator(device=device).manual_seed(0)
@@ -82,7 +113,7 @@ def flex_self_test(plan: BlockSparsePlan, *, heads: int, head_dim: int, dtype: t
         return [out[:, :, real].detach().float(), *(g.float() for g in grads)]
 
     try:
-        got = attend(flex_blocksparse_attention, dtype)
+        got = attend(kernel, dtype)
     except Exception as exc:  # noqa: BLE001 - whatever the compiler raises, the answer is "not this kernel"
         lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
         return f"{exc.__class__.__name__}: {lines[0] if lines else ''}"[:300]
@@ -272,6 +303,11 @@ class BigBirdAttention(Attention):
         self.register_buffer("random_blocks", self._draw(self._plan_generator()), persistent=True)
         self._plans: dict = {}
         self._logged_fallback: set[int] = set()
+        # The kernels that served this module's forward passes (not the passes that record weights or count
+        # FLOPs): "triton", "flex", "blocked", "reference", "dense" (the fallback rule). The run record names
+        # them (extra.attention_kernels).
+        self.kernels_used: set[str] = set()
+        self._logged_kernel_refusals: set[tuple[str, str]] = set()
 
     # -- plan ----------------------------------------------------------------------------------------
     def plan_seed(self) -> int:
@@ -369,11 +405,16 @@ class BigBirdAttention(Attention):
                 out = apply_gathered(probs, v[:, :, None])
             else:
                 out = attend_gathered(q[:, :, None], k[:, :, None], v[:, :, None], allowed, scale)
+                if not self.counting_flops:
+                    self.kernels_used.add("dense")
             return self.out_proj(self.merge_heads(out[:, :, 0]))
         need_grad = torch.is_grad_enabled() and (x.requires_grad or any(p.requires_grad for p in self.parameters()))
-        counted = self.capturing_weights or self.counting_flops  # both need the plain-tensor reference
-        kernel = "reference" if counted else self.kernel_for(
-            x.device, need_grad, dtype=q.dtype, length=length, padded=key_padding_mask is not None)
+        kernel = self.kernel_for(x.device, need_grad, dtype=q.dtype, length=length,
+                                 padded=key_padding_mask is not None)
+        # Recording weights needs the plain-tensor reference; so does counting FLOPs, except through the Triton
+        # kernel, whose custom op carries its own FLOP formula.
+        if self.capturing_weights or (self.counting_flops and kernel != "triton"):
+            kernel = "reference"
         if kernel == "flex":
             # Pad to a bucket of lengths so the compiled kernel sees few shapes; exact, since the plan of a
             # longer padding is the same plan restricted further (decision 19).
@@ -389,8 +430,17 @@ class BigBirdAttention(Attention):
                 pad = torch.zeros(b, length, dtype=torch.bool, device=x.device)
             pad = F.pad(pad, (0, extra), value=True)
         plan = self.plan_for_length(padded, x.device)
+        lengths = None
+        if kernel == "triton":
+            lengths = lengths_from_padding(pad, b, padded, x.device)
+            if lengths is None:
+                kernel = self._non_suffix_padding(x.device)
+        if not (self.capturing_weights or self.counting_flops):
+            self.kernels_used.add(kernel)
         if self.capturing_weights:
             out = self._sparse_recorded(q, k, v, plan, pad, scale, length)
+        elif kernel == "triton":
+            out = triton_blocksparse_attention(q, k, v, plan, lengths=lengths, scale=scale)
         elif kernel == "flex":
             out = flex_blocksparse_attention(q, k, v, plan, key_padding_mask=pad, scale=scale)
         else:
@@ -399,8 +449,8 @@ class BigBirdAttention(Attention):
         return self.out_proj(self.merge_heads(out[:, :, :length]))
 
     def check_device(self, device: torch.device) -> None:
-        """impl=flex where FlexAttention has no kernel (with backward: training) is refused; impl=auto is decided
-        at the run's shapes (``kernel_for``)."""
+        """impl=flex or impl=triton where that kernel cannot run (flex with backward: training) is refused;
+        impl=auto is decided at the run's shapes (``kernel_for``)."""
         if self.options.impl != "auto":
             self.kernel_for(device, True)
 
@@ -408,45 +458,81 @@ class BigBirdAttention(Attention):
                    length: int | None = None, padded: bool = True) -> str:
         """The sparse kernel a forward on ``device`` uses (option ``impl``, ``auto`` resolved).
 
-        ``auto`` on CUDA uses FlexAttention only where a one-time self-test at this call's shape (length
-        bucket, heads, head size, dtype, with or without a padding mask, forward and, when training,
-        backward) compiled and matched the reference; otherwise, or off CUDA, the blocked kernel. The choice
-        is logged once per shape, with the reason when FlexAttention was refused."""
+        ``auto`` on CUDA tries, in order, our Triton kernel, FlexAttention, then the blocked kernel: each of the
+        first two only where it can run there and a one-time self-test at this call's shape (length bucket,
+        heads, head size, dtype, with or without a padding mask, forward and, when training, backward) ran
+        and matched the reference. Off CUDA: the blocked kernel. The choice is logged once per shape, and each
+        kernel passed over once, with its reason."""
         impl = self.options.impl
         if impl == "auto":
+            length = length or self.max_len
+            dtype = dtype or torch.get_default_dtype()
+            if device.type in TRITON_AUTO_DEVICES:
+                refused = triton_unavailable(device) or shape_unsupported(self.block_size, self.head_dim)
+                if refused is None:
+                    blocks = self.num_blocks(length)
+                    padded = padded or blocks * self.block_size != length
+                    shape = ("triton", device, dtype, blocks, self.num_heads, self.head_dim, self.causal, padded,
+                             need_grad)
+                    if self._self_test_passes(shape, TRITON_SELF_TESTS, triton_self_test):
+                        return "triton"
+                else:
+                    self._refuse_once("triton", device, refused)
             if device.type not in FLEX_AUTO_DEVICES or not flex_available(device, need_grad):
                 return "blocked"
-            length = length or self.max_len
             blocks = flex_bucket(self.num_blocks(length), self.max_blocks)
             padded = padded or blocks * self.block_size != length  # the forward masks the padding it adds
-            shape = (device, dtype or torch.get_default_dtype(), blocks, self.num_heads, self.head_dim,
-                     self.causal, padded, need_grad)
+            shape = (device, dtype, blocks, self.num_heads, self.head_dim, self.causal, padded, need_grad)
             return "flex" if self._flex_passes(shape) else "blocked"
         if impl == "flex" and not flex_available(device, need_grad):
             raise AttentionError(
                 f"bigbird: impl=flex cannot serve this call on {device.type} (FlexAttention has no "
                 f"{'backward' if need_grad else 'kernel'} there in torch {torch.__version__}); use impl=auto"
             )
+        if impl == "triton":
+            refused = triton_unavailable(device) or shape_unsupported(self.block_size, self.head_dim)
+            if refused is not None:
+                raise AttentionError(f"bigbird: impl=triton cannot serve this module: {refused}; use impl=auto")
         return impl
 
-    def _flex_passes(self, shape: tuple) -> bool:
-        """Whether FlexAttention serves ``shape`` (``kernel_for``): the self-test's verdict, run once per
-        shape and process (``FLEX_SELF_TESTS``)."""
-        if shape not in FLEX_SELF_TESTS:
-            device, dtype, blocks, heads, head_dim, causal, padded, need_grad = shape
+    def _refuse_once(self, kernel: str, device: torch.device, reason: str) -> None:
+        if (kernel, str(device)) not in self._logged_kernel_refusals:
+            self._logged_kernel_refusals.add((kernel, str(device)))
+            log.warning("bigbird: impl=auto does not use the %s kernel on %s: %s", kernel, device, reason)
+
+    def _non_suffix_padding(self, device: torch.device) -> str:
+        """The kernel for a call the Triton kernel cannot express (padding before a real key): blocked."""
+        self._refuse_once("triton", device, "a key padding mask with padding before a real key (the kernel "
+                          "takes per-sequence lengths); such calls use the blocked kernel")
+        return "blocked"
+
+    def _self_test_passes(self, shape: tuple, verdicts: dict, self_test) -> bool:
+        """Whether the kernel named ``shape[0]`` serves ``shape``: ``self_test``'s verdict, run once per shape and
+        process (kept in ``verdicts``), logged with its reason."""
+        if shape not in verdicts:
+            name, device, dtype, blocks, heads, head_dim, causal, padded, need_grad = shape
             plan = self.plan_for_length(blocks * self.block_size, device)
-            failure = flex_self_test(plan, heads=heads, head_dim=head_dim, dtype=dtype, padded=padded,
-                                     need_grad=need_grad)
-            FLEX_SELF_TESTS[shape] = failure is None
+            failure = self_test(plan, heads=heads, head_dim=head_dim, dtype=dtype, padded=padded,
+                                need_grad=need_grad)
+            verdicts[shape] = failure is None
             dtype_name = str(dtype).removeprefix("torch.")
             what = (f"{blocks * self.block_size} tokens, {heads} heads of {head_dim}, {dtype_name}, "
                     f"{'causal' if causal else 'bidirectional'}{', padded' if padded else ''}, "
                     f"{'forward + backward' if need_grad else 'forward'}")
             if failure is None:
-                log.info("bigbird: impl=auto uses FlexAttention on %s (%s: self-test passed)", device, what)
+                log.info("bigbird: impl=auto uses the %s kernel on %s (%s: self-test passed)", name, device, what)
             else:
-                log.warning("bigbird: impl=auto uses the blocked kernel on %s (%s): FlexAttention self-test "
-                            "failed: %s", device, what, failure)
+                log.warning("bigbird: impl=auto passes over the %s kernel on %s (%s): self-test failed: %s",
+                            name, device, what, failure)
+        return verdicts[shape]
+
+    def _flex_passes(self, shape: tuple) -> bool:
+        """Whether FlexAttention serves ``shape`` (``kernel_for``): the self-test's verdict, run once per
+        shape and process (``FLEX_SELF_TESTS``)."""
+        if shape not in FLEX_SELF_TESTS:
+            verdicts: dict = {}
+            self._self_test_passes(("FlexAttention", *shape), verdicts, flex_self_test)
+            FLEX_SELF_TESTS[shape] = next(iter(verdicts.values()))
         return FLEX_SELF_TESTS[shape]
 
     def _sparse_recorded(self, q, k, v, plan, pad, scale, length):

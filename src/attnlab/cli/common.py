@@ -7,11 +7,13 @@ import sys
 
 from omegaconf import DictConfig, OmegaConf
 
-from attnlab.training.launch import log_file_name
+from attnlab.training.launch import log_file_name, shared_run_id
 
 # The run folder's log file, per process of a DDP run (hydra/job_logging/attnlab.yaml): every CLI imports this
 # module before Hydra configures logging.
 OmegaConf.register_new_resolver("attnlab_log_file", lambda: log_file_name(), replace=True)
+# The run's name, the same in every rank of a launch (paths.run_id, the multirun folder).
+OmegaConf.register_new_resolver("attnlab_run_id", lambda: shared_run_id(), replace=True)
 
 
 

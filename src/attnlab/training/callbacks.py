@@ -29,10 +29,17 @@ class Throughput(L.Callback):
     ranks' counts would make every logged step wait for them); when training ends, the ranks' own counts
     are summed once, so the record's tokens/s is every rank's tokens over this rank's training time (the
     ranks step together). A run stopped by a signal or an error keeps the estimate.
+
+    Steady state (``steady_tokens_per_s``, ``steady_step_s``): the same totals over the steps after the warm-up
+    (``warmup_steps``: a tenth of the run, at least 2 and at most 50 steps), which hold the compiles, the
+    kernels' self-tests and the FLOP-counting pass (30-90 s cold on a GPU, enough to make a short run's
+    whole-run average several times too slow). On CUDA the device is waited for once at the boundary.
     """
 
     def __init__(self, log: bool = True) -> None:
         self.log = log
+        self.warmup: int | None = None
+        self._steady_mark: tuple[int, float, int] | None = None  # (own tokens, seconds, steps) after warm-up
         self.total_tokens = 0
         self.own_tokens = 0  # this rank's
         self.train_seconds = 0.0
@@ -43,6 +50,7 @@ class Throughput(L.Callback):
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
         if self.first_batch_at is None:
             self.first_batch_at = time.time()
+            self.warmup = warmup_steps(trainer.max_steps)
         self._t0 = time.perf_counter()
         self._tokens0 = pl_module._tokens_seen
         self._step0 = trainer.global_step
@@ -52,7 +60,9 @@ class Throughput(L.Callback):
         # waited for, only where a window is logged, so the queued work of the window is counted in it.
         window_steps = self._window_steps + trainer.global_step - self._step0
         logged = self.log and window_steps >= max(trainer.log_every_n_steps, 1)
-        if logged and pl_module.device.type == "cuda":
+        warmed_up = self._steady_mark is None and self.total_steps + trainer.global_step - self._step0 >= (
+            self.warmup or 0)
+        if (logged or warmed_up) and pl_module.device.type == "cuda":
             torch.cuda.synchronize(pl_module.device)
         elapsed = time.perf_counter() - self._t0
         own = pl_module._tokens_seen - self._tokens0
@@ -64,6 +74,10 @@ class Throughput(L.Callback):
         self._window_tokens += tokens
         self._window_seconds += elapsed
         self._window_steps = window_steps
+        if warmed_up:
+            # the count may be a device tensor added to in place: keep a copy, read nothing back here
+            tokens = self.own_tokens.clone() if isinstance(self.own_tokens, torch.Tensor) else self.own_tokens
+            self._steady_mark = (tokens, self.train_seconds, self.total_steps)
         if not logged:
             return
         pl_module.log("perf/tokens_per_s", float(self._window_tokens) / max(self._window_seconds, 1e-9),
@@ -84,6 +98,26 @@ class Throughput(L.Callback):
     def average_step_s(self) -> float | None:
         """Mean wall seconds per optimizer step of this process (training batches only)."""
         return self.train_seconds / self.total_steps if self.total_steps > 0 else None
+
+    def steady_state(self, world_size: int = 1) -> dict[str, float | int | None]:
+        """Tokens/s (all ranks) and seconds per step over the steps after the warm-up; None where the run
+        ended before any such step."""
+        if self._steady_mark is None:
+            return {"steady_tokens_per_s": None, "steady_step_s": None, "steady_steps": 0}
+        tokens0, seconds0, steps0 = self._steady_mark
+        seconds, steps = self.train_seconds - seconds0, self.total_steps - steps0
+        if seconds <= 0 or steps <= 0:
+            return {"steady_tokens_per_s": None, "steady_step_s": None, "steady_steps": 0}
+        return {"steady_tokens_per_s": float(self.own_tokens - tokens0) * world_size / seconds,
+                "steady_step_s": seconds / steps, "steady_steps": steps}
+
+
+def warmup_steps(max_steps: int | None) -> int:
+    """Optimizer steps left out of the steady-state figures: a tenth of the run, at least 2, at most 50 (10
+    for a run without ``max_steps``)."""
+    if not max_steps or max_steps < 0:
+        return 10
+    return min(max(2, max_steps // 10), 50)
 
 
 class MetricsLine(L.Callback):

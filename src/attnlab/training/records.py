@@ -83,6 +83,18 @@ def mfu_summary(callbacks: list) -> dict[str, Any]:
     return found.summary() if found is not None else {"mfu": None}
 
 
+def _steady(throughput, callbacks: list, world_size: int) -> dict[str, Any]:
+    """The steady-state figures (``Throughput.steady_state``) and the MFU at that speed (per device)."""
+    from attnlab.training.perf import mfu
+
+    steady = throughput.steady_state(world_size)
+    summary = mfu_summary(callbacks)
+    tps = steady["steady_tokens_per_s"]
+    steady["steady_mfu"] = (mfu(summary["flops_per_token"], tps / max(world_size, 1), summary["peak_flops"])
+                            if tps and summary.get("flops_per_token") else None)
+    return steady
+
+
 def peak_memory_mb(device: torch.device | None = None) -> float | None:
     if torch.cuda.is_available() and device is not None and device.type == "cuda":
         return torch.cuda.max_memory_allocated(device) / 2**20
@@ -121,13 +133,13 @@ def _record(cfg: DictConfig, run_dir: Path, command: str | None, trainer: L.Trai
                  "startup_s": round(throughput.first_batch_at - started.wall, 2) if throughput.first_batch_at else None,
                  # callbacks.mfu: model FLOPs utilisation over the run against the matmul peak measured in the
                  # same process on CPU (the datasheet peak on listed GPUs); see training/perf.py
-                 **mfu_summary(callbacks)},
+                 **mfu_summary(callbacks), **_steady(throughput, callbacks, trainer.world_size)},
         "metric_flavours": run_flavours(cfg, task),
         "wandb_run_id": wandb_id,
         "versions": {"python": platform.python_version(), "torch": torch.__version__,
                      "lightning": L.__version__, "attnlab": attnlab.__version__},
         "extra": {"debug": cfg.get("debug_mode"), "skipped_batches": guard.skipped,
-                  **_attention_coverage(module, task)},
+                  **_attention_coverage(module, task), **_attention_kernels(module)},
     })
     return record
 
@@ -145,6 +157,14 @@ def config_value(cfg: DictConfig):
         return str(found) if key == "hardware.precision" else found
 
     return value
+
+
+def _attention_kernels(module: TaskModule) -> dict[str, Any]:
+    """``attention_kernels``: the kernels that served the attention modules that can choose one (BigBird's
+    ``impl``: triton, flex, blocked, reference, or dense under its fallback rule), as they ran in this process
+    (``impl=auto`` decides at the run's shapes); nothing where no module chooses."""
+    used = [m.kernels_used for m in module.model.modules() if isinstance(getattr(m, "kernels_used", None), set)]
+    return {"attention_kernels": sorted(set().union(*used))} if used else {}
 
 
 def _attention_coverage(module: TaskModule, task: TaskData) -> dict[str, Any]:

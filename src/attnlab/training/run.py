@@ -68,7 +68,9 @@ log = logging.getLogger("attnlab")
 def build_trainer(cfg: DictConfig, run_dir: Path, *, callbacks: list, loggers: list,
                   max_len: int | None = None) -> L.Trainer:
     from lightning.pytorch.callbacks import Checkpoint
-    from lightning.pytorch.plugins.environments import SLURMEnvironment
+    from lightning.pytorch.plugins.environments import SLURMEnvironment, TorchElasticEnvironment
+
+    from attnlab.training.launch import launched_by
 
     t, hw = cfg.trainer, cfg.hardware
     _, accumulate = derive_batching(cfg, max_len=max_len)
@@ -78,7 +80,12 @@ def build_trainer(cfg: DictConfig, run_dir: Path, *, callbacks: list, loggers: l
 
         strategy = DDPStrategy(process_group_backend="gloo", start_method="popen")
     plugins: list = [AtomicCheckpointIO()]
-    if SLURMEnvironment.detect():
+    launcher = launched_by()
+    if launcher == "torchelastic":
+        # torchrun inside an sbatch job: SLURM's variables describe the job, torchrun's the ranks. Lightning
+        # would pick SLURMEnvironment whenever SLURM's variables exist and read the wrong ranks.
+        plugins.append(TorchElasticEnvironment())
+    elif SLURMEnvironment.detect():
         # LastCheckpoint saves on SLURM's signals and submitit requeues; Lightning's own requeue would
         # save a second (non-atomic) checkpoint and requeue the job twice.
         plugins.append(SLURMEnvironment(auto_requeue=False))

@@ -23,6 +23,8 @@ STORAGE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.E
 # What torch's zip writer raises (a RuntimeError, not OSError) when a write to the file fails.
 TORCH_WRITE_FAILURES = ("PytorchStreamWriter failed", "file write failed", "unexpected pos", "iostream error")
 LOCK_FILE = ".attnlab.lock"
+# flock's answers on a file system without it (Lustre mounted without -o flock, some NFS set-ups).
+NO_FLOCK_ERRNOS = (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOTSUP, errno.ENOSYS, errno.EINVAL)
 
 
 class StorageError(OSError):
@@ -170,7 +172,12 @@ class RunLogFileHandler(logging.FileHandler):
 class RunFolderLock:
     """``<run>/.attnlab.lock``: held (``flock``) by the one attnlab-train working in the folder, and naming its
     pid, host and start time. The kernel drops the lock when its owner dies however it dies, so a lock left
-    by a killed run is stale and taken over; a live owner makes ``acquire`` raise ``RunFolderBusy``."""
+    by a killed run is stale and taken over; a live owner makes ``acquire`` raise ``RunFolderBusy``.
+
+    Where the file system has no ``flock`` (Lustre without ``-o flock``), the lock is the file's existence
+    instead (created with ``O_EXCL``, atomic there too) and its owner is judged from what it names: on this
+    host a dead pid makes it stale and it is taken over; from another host it cannot be checked, so it is
+    refused with a line that says which file to delete if that run is dead."""
 
     def __init__(self, run_dir: str | os.PathLike) -> None:
         self.run_dir = Path(run_dir)
@@ -192,6 +199,11 @@ class RunFolderLock:
                 fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
             except BlockingIOError:
                 return _read_owner(fd)
+            except OSError as exc:
+                if exc.errno not in NO_FLOCK_ERRNOS:
+                    raise
+                owner = _read_owner(fd)
+                return None if _owner_dead(owner) else owner
             fcntl.flock(fd, fcntl.LOCK_UN)
             return None
         finally:
@@ -202,6 +214,7 @@ class RunFolderLock:
 
         self.run_dir.mkdir(parents=True, exist_ok=True)
         while True:
+            created = not self.path.exists()
             fd = open_no_follow(self.path, os.O_RDWR | os.O_CREAT, 0o644)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -209,6 +222,14 @@ class RunFolderLock:
                 owner = _read_owner(fd)
                 os.close(fd)
                 raise RunFolderBusy(busy_message(self.run_dir, owner)) from None
+            except OSError as exc:
+                os.close(fd)
+                if exc.errno not in NO_FLOCK_ERRNOS:
+                    raise
+                if created:  # the empty file this call just made would look like another run's
+                    with contextlib.suppress(FileNotFoundError):
+                        self.path.unlink()
+                return self._acquire_without_flock()
             # The previous owner may have removed the file between our open and our lock: lock the file
             # that is at the path now.
             try:
@@ -222,11 +243,49 @@ class RunFolderLock:
         if stale:
             log.warning("taking over the run folder lock left by a dead run (pid %s on %s)", stale.get("pid"),
                         stale.get("host"))
+        self._write_owner(fd)
+        return self
+
+    def _write_owner(self, fd: int) -> None:
         me = {"pid": os.getpid(), "host": socket.gethostname(), "started": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
         os.ftruncate(fd, 0)
         os.pwrite(fd, (json.dumps(me) + "\n").encode(), 0)
         self._fd = fd
-        return self
+
+    def _acquire_without_flock(self) -> RunFolderLock:
+        """The lock as the file's existence (no ``flock`` here). The file ``acquire`` just opened is this lock
+        file: it is ours only if we create it now, exclusively."""
+        while True:
+            try:
+                fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+            except FileExistsError:
+                owner = self._existing_owner()
+                if owner is None or not _owner_dead(owner):
+                    raise RunFolderBusy(
+                        f"{busy_message(self.run_dir, owner)} (this file system has no flock: if that run is dead, "
+                        f"delete {self.path})") from None
+                log.warning("taking over the run folder lock left by a dead run (pid %s on %s; no flock here)",
+                            owner.get("pid"), owner.get("host"))
+                with contextlib.suppress(FileNotFoundError):
+                    self.path.unlink()
+                continue
+            self._write_owner(fd)
+            return self
+
+    def _existing_owner(self) -> dict | None:
+        """The owner named in the lock file; an empty file (a run that died between creating and writing it,
+        or one writing it now) counts as its creator's for a minute, then as dead."""
+        try:
+            fd = os.open(self.path, os.O_RDONLY)
+        except FileNotFoundError:
+            return {}
+        try:
+            owner = _read_owner(fd)
+            if not owner and time.time() - os.fstat(fd).st_mtime < 60:
+                return None
+            return owner
+        finally:
+            os.close(fd)
 
     def release(self) -> None:
         if self._fd is None:
@@ -242,6 +301,22 @@ def _read_owner(fd: int) -> dict:
         return json.loads(os.pread(fd, 4096, 0).decode() or "{}")
     except (OSError, ValueError):
         return {}
+
+
+def _owner_dead(owner: dict | None) -> bool:
+    """True when the lock's owner is known dead: an empty record, or a pid on this host that no longer runs.
+    An owner on another host cannot be checked from here and counts as alive."""
+    if not owner:
+        return True
+    if owner.get("host") != socket.gethostname():
+        return False
+    try:
+        os.kill(int(owner.get("pid")), 0)
+    except ProcessLookupError:
+        return True
+    except (PermissionError, TypeError, ValueError):
+        return False
+    return False
 
 
 def busy_message(run_dir: Path, owner: dict | None) -> str:

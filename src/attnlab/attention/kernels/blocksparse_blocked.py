@@ -34,7 +34,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import torch
 
-from attnlab.attention.kernels.blocksparse_reference import BlockSparsePlan, check_plan_heads
+from attnlab.attention.kernels.blocksparse_reference import BlockSparsePlan, check_plan_shape
 
 DEFAULT_CHUNK_BYTES = 2 << 20  # fp32 scores of one chunk of query rows (512K scores)
 # On a GPU a chunk is one kernel launch per op, not a cache-sized piece: few, large chunks (the whole call for
@@ -488,12 +488,7 @@ def blocked_blocksparse_attention(
     thread with torch's intra-op threads). ``chunk_bytes`` and ``workers`` default by device
     (``launch_settings``). Returns (B, H, nb*bs, Dh)."""
     b, h, length, d = q.shape
-    if length != plan.num_blocks * plan.block_size:
-        raise ValueError(
-            f"sequence of {length} positions does not match a plan of {plan.num_blocks} blocks of "
-            f"{plan.block_size}"
-        )
-    check_plan_heads(plan, h)
+    check_plan_shape(plan, h, length)
     scale = d**-0.5 if scale is None else float(scale)
     pad = None if key_padding_mask is None else key_padding_mask.to(torch.bool)
     tensors = [t for t in (q, k, v, extra_k, extra_v) if t is not None]

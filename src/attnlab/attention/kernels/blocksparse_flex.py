@@ -91,40 +91,15 @@ def plan_to_block_mask(plan: BlockSparsePlan, key_padding_mask: torch.Tensor | N
                        tile: int | None = None):
     """A BlockMask equivalent to the plan (and the causal and padding masks), in tiles of ``tile`` tokens
     (a multiple of the plan's block; default the plan's block). The sequence is ``plan.num_blocks`` blocks;
-    a last tile that reaches past it is partial and ``mask_mod`` refuses the positions beyond."""
+    a last tile that reaches past it is partial and ``mask_mod`` refuses the positions beyond. The tile
+    tables depend on the plan and on whether there is padding, not on the padding itself: they are built
+    once per plan (``_tile_tables``), and a padded call only makes a new ``mask_mod``."""
     nb, bs = plan.num_blocks, plan.block_size
     tile = bs if tile is None else int(tile)
     if tile % bs:
         raise ValueError(f"a BlockMask tile of {tile} tokens does not hold whole plan blocks of {bs}")
-    f = tile // bs  # plan blocks per tile side
-    nt = -(-nb // f)  # tiles per side
-    dev = plan.key_blocks.device
-    fine = plan.block_mask()  # (P, nb, nb) bool, causal handled by mask_mod on and below the diagonal
-    heads = fine.shape[0]
-    # The plan on a whole number of tiles: blocks past the sequence are never attended.
-    allowed = torch.zeros(heads, nt * f, nt * f, dtype=torch.bool, device=dev)
-    allowed[:, :nb, :nb] = fine
-    cells = allowed.view(heads, nt, f, nt, f)
-    any_cell = cells.any(dim=(2, 4))  # (P, nt, nt): the tile computes something
-    all_cells = cells.all(dim=(2, 4))  # every block of the tile is in the plan
-    eye = torch.eye(nt, dtype=torch.bool, device=dev)[None]
-    exact_tiles = all_cells if nt * f == nb else all_cells & ~_edge(nt, dev)  # tiles past the end are partial
-    if key_padding_mask is not None:
-        partial, full = any_cell, torch.zeros_like(any_cell)
-    elif plan.causal:
-        full = exact_tiles & ~eye
-        partial = any_cell & ~full
-    else:
-        full = exact_tiles
-        partial = any_cell & ~full
-
-    def tables(m):
-        counts = m.sum(-1).to(torch.int32)
-        order = torch.sort((~m).to(torch.int8), dim=-1, stable=True).indices.to(torch.int32)
-        return counts[None].contiguous(), order[None].contiguous()  # (1, P, nt), (1, P, nt, nt)
-
-    kv_num, kv_idx = tables(partial)
-    full_num, full_idx = tables(full)
+    allowed, kv_num, kv_idx, full_num, full_idx = _tile_tables(plan, tile, key_padding_mask is not None)
+    heads = allowed.shape[0]
     pad = key_padding_mask
     causal = plan.causal
 
@@ -141,6 +116,53 @@ def plan_to_block_mask(plan: BlockSparsePlan, key_padding_mask: torch.Tensor | N
     return BlockMask.from_kv_blocks(
         kv_num, kv_idx, full_num, full_idx, BLOCK_SIZE=tile, mask_mod=mask_mod, seq_lengths=(nb * bs, nb * bs)
     )
+
+
+_TABLES: dict = {}  # {(id(plan), tile, padded): (plan, tables)}; the plan is held so its id is not reused
+_MAX_TABLES = 256  # every layer of a 12+12-layer model at several length buckets, padded and not
+
+
+def _tile_tables(plan: BlockSparsePlan, tile: int, padded: bool) -> tuple:
+    """(allowed (P, nt*f, nt*f) block plan, kv_num, kv_idx, full_num, full_idx) of ``plan_to_block_mask``,
+    cached per plan, tile and whether the call has padding (with padding every touched tile is partial)."""
+    key = (id(plan), tile, padded)
+    hit = _TABLES.get(key)
+    if hit is not None and hit[0] is plan:
+        return hit[1]
+    nb, bs = plan.num_blocks, plan.block_size
+    f = tile // bs  # plan blocks per tile side
+    nt = -(-nb // f)  # tiles per side
+    dev = plan.key_blocks.device
+    fine = plan.block_mask()  # (P, nb, nb) bool, causal handled by mask_mod on and below the diagonal
+    heads = fine.shape[0]
+    # The plan on a whole number of tiles: blocks past the sequence are never attended.
+    allowed = torch.zeros(heads, nt * f, nt * f, dtype=torch.bool, device=dev)
+    allowed[:, :nb, :nb] = fine
+    cells = allowed.view(heads, nt, f, nt, f)
+    any_cell = cells.any(dim=(2, 4))  # (P, nt, nt): the tile computes something
+    all_cells = cells.all(dim=(2, 4))  # every block of the tile is in the plan
+    eye = torch.eye(nt, dtype=torch.bool, device=dev)[None]
+    exact_tiles = all_cells if nt * f == nb else all_cells & ~_edge(nt, dev)  # tiles past the end are partial
+    if padded:
+        partial, full = any_cell, torch.zeros_like(any_cell)
+    elif plan.causal:
+        full = exact_tiles & ~eye
+        partial = any_cell & ~full
+    else:
+        full = exact_tiles
+        partial = any_cell & ~full
+
+    def tables(m):
+        counts = m.sum(-1).to(torch.int32)
+        order = torch.sort((~m).to(torch.int8), dim=-1, stable=True).indices.to(torch.int32)
+        return counts[None].contiguous(), order[None].contiguous()  # (1, P, nt), (1, P, nt, nt)
+
+    result = (allowed, *tables(partial), *tables(full))
+    if len(_TABLES) >= _MAX_TABLES:
+        for old in list(_TABLES)[: _MAX_TABLES // 2]:  # the oldest half goes
+            del _TABLES[old]
+    _TABLES[key] = (plan, result)
+    return result
 
 
 def _edge(nt: int, device) -> torch.Tensor:
@@ -171,8 +193,9 @@ def flex_blocksparse_attention(
     if block_mask is None and pad is None:
         hit = _MASKS.get((id(plan), tile))
         if hit is None or hit[0] is not plan:
-            if len(_MASKS) > 16:
-                _MASKS.clear()
+            if len(_MASKS) >= _MAX_TABLES:
+                for old in list(_MASKS)[: _MAX_TABLES // 2]:
+                    del _MASKS[old]
             hit = _MASKS[(id(plan), tile)] = (plan, plan_to_block_mask(plan, None, b, tile))
         block_mask = hit[1]
     elif block_mask is None:

@@ -169,6 +169,16 @@ def check_plan_heads(plan: BlockSparsePlan, heads: int) -> None:
         raise ValueError(f"a plan with {plan.plan_heads} head plans cannot serve {heads} heads (needs 1 or {heads})")
 
 
+def check_plan_shape(plan: BlockSparsePlan, heads: int, length: int) -> None:
+    """The plan serves ``heads`` heads over ``length`` positions (whole blocks), else ValueError."""
+    if length != plan.num_blocks * plan.block_size:
+        raise ValueError(
+            f"sequence of {length} positions does not match a plan of {plan.num_blocks} blocks of "
+            f"{plan.block_size}"
+        )
+    check_plan_heads(plan, heads)
+
+
 def blocksparse_attention(
     q: torch.Tensor,
     k: torch.Tensor,
