@@ -23,7 +23,7 @@ export ATTNLAB_DATA_ROOT ?= $(abspath ../shared/data)
 endif
 
 .DEFAULT_GOAL := help
-.PHONY: help install demo test test-slow test-gpu test-all lint format golden bench baselines tables check-tables publish-runs rerun clean gpu-check
+.PHONY: help install demo test test-slow test-gpu test-all lint format golden bench baselines tables check-tables migrate-records publish-runs rerun clean gpu-check
 
 help: ## List every target with a one-line description
 	@awk -v color=$$([ -t 1 ] && echo 1) 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_%-]+:.*## / {name[++n] = $$1; \
@@ -87,9 +87,13 @@ baselines: $(STAMP) ## Compute the trivial baseline of every published run's tas
 tables: $(STAMP) ## Rebuild every results table and results/CLAIMS.md from the committed run records in results/runs (no training)
 	$(BIN)/attnlab-table table=all runs=$(PUBLISHED) out=results/ readme=$(TABLE_PAGES)
 
-check-tables: $(STAMP) ## Fail unless every committed table, results/CLAIMS.md and the documented tables (README.md, docs/) are what results/ gives (CI runs this)
+check-tables: $(STAMP) ## Fail unless every committed table, results/CLAIMS.md and the documented tables (README.md, docs/) are what results/ gives, and every published record's hash is what its command composes today (CI runs this)
 	$(BIN)/attnlab-table table=all runs=$(PUBLISHED) out=results/ readme=$(TABLE_PAGES) check=true
 	$(BIN)/python benchmarks/summary.py --check
+	$(BIN)/python -m attnlab.cli.record_hashes check --runs $(PUBLISHED)
+
+migrate-records: $(STAMP) ## After a config schema change: rewrite the hash of each published record whose command still composes the same values (proved key by key); lists the rest to retrain
+	$(BIN)/python -m attnlab.cli.record_hashes migrate --runs $(PUBLISHED) --baselines $(BASELINES)
 
 publish-runs: $(STAMP) ## Copy the records of finished preset runs (RUNS=runs) into results/runs for committing
 	$(BIN)/python -m attnlab.results.publish $(RUNS) $(PUBLISHED)

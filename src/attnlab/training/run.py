@@ -44,6 +44,7 @@ from attnlab.training.checkpointing import (
     model_weights,
 )
 from attnlab.training.config import validate
+from attnlab.training.config_hash import asked_config_hash
 from attnlab.training.describe import describe_build, describe_config
 from attnlab.training.faults import NonFiniteGuard, checkpoint_bytes
 from attnlab.training.loggers_callbacks import build_callbacks, build_loggers
@@ -51,7 +52,6 @@ from attnlab.training.records import (
     RunClock,
     _completed_twin,
     _record,
-    _safe_hash,
     _stopped_before_training,
     _storage_errors,
     _write_interrupted_record,
@@ -134,7 +134,7 @@ def run(cfg: DictConfig, *, run_dir: str | os.PathLike | None = None, command: s
     validate(cfg)
     # The hash of the config as asked for: the build below fills in values found in the data (max_len,
     # QKNorm's g0, ...), and a rerun must find this record by the hash it computes before that.
-    asked_hash = _safe_hash(cfg)
+    asked_hash = asked_config_hash(cfg)
     done = _completed_twin(cfg)
     if done is not None:
         return done
