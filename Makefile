@@ -45,6 +45,7 @@ install: $(STAMP) ## Create .venv and install attnlab with its dev extras
 demo: $(STAMP) ## Train a vanilla Transformer on the copy task (CPU, a few minutes) and print its table
 	$(BIN)/attnlab-train experiment=demo/copy logger=wandb hydra.run.dir=$(DEMO_DIR)
 	@echo
+	@echo "The demo: a small Transformer learns to copy digit strings; test_train_len/ is its accuracy at the training lengths, test/ at up to 10x them (the length generalisation that UT Table 4 is about)."
 	$(BIN)/attnlab-table table=summary runs=$(DEMO_DIR)
 	@echo
 	@echo "run folder:        $(DEMO_DIR)"

@@ -275,6 +275,26 @@ def test_summary_lists_every_record(workspace, put_record, capsys):
     assert "| run | status |" in capsys.readouterr().out
 
 
+def test_summary_reads_no_logger_copy_and_shows_every_test_split(workspace, put_record, capsys):
+    """make demo's summary (issue 52.2): wandb keeps a copy of results.json in the run folder, which once listed the
+    run twice; and a length-generalisation test alone (test/) hid that the in-distribution accuracy was 1.0."""
+    final = {"test/seq_acc": 0.09, "test_train_len/seq_acc": 1.0}
+    flavours = {"splits": "test: lengths 1-200 (10x the longest training length); test_train_len: lengths 1-20"}
+    record = put_record("demo", **{"metrics.final": final, "metric_flavours": flavours})
+    copy = record.parent / "wandb" / "offline-run-1" / "files" / "results.json"
+    copy.parent.mkdir(parents=True)
+    copy.write_bytes(record.read_bytes())
+    records, corrupt = load_records([workspace / "runs"])
+    assert [r.path for r in records] == [record] and not corrupt
+    text = render_summary(records, corrupt)
+    header = next(line for line in text.splitlines() if line.startswith("| run |"))
+    assert "test/seq_acc" in header and "test_train_len/seq_acc" in header
+    assert "| 0.09 | 1 |" in text
+    assert "test splits: test: lengths 1-200 (10x the longest training length)" in text
+    # a record file named directly is read, wherever it lies
+    assert len(load_records([copy])[0]) == 1
+
+
 def test_demo_spec_builds_against_records(tmp_path, put_record, monkeypatch):
     put_record("v", **{"model.attention": "vanilla", "model.recurrence": "stacked"})
     put_record("u", **{"model.attention": "vanilla", "model.recurrence": "ut", "metrics.final": {}})

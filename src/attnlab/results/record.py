@@ -508,10 +508,25 @@ def read_record(path: str | os.PathLike) -> dict[str, Any]:
     return data
 
 
+# The folders the loggers write inside a run folder (training/loggers_callbacks.py, wandb_run.py). wandb keeps a
+# copy of the run's results.json among its files; read as a record it would count the run twice.
+LOGGER_FOLDERS = frozenset({"wandb", "csv", "tensorboard"})
+
+
+def _in_logger_folder(path: Path, root: Path) -> bool:
+    try:
+        below = path.parent.relative_to(root).parts
+    except ValueError:
+        return False
+    return any(part in LOGGER_FOLDERS for part in below)
+
+
 def find_records(roots: str | os.PathLike | Iterable[str | os.PathLike]) -> list[Path]:
     """Every ``results.json`` under the given folder(s), file(s) or glob pattern(s), sorted, no duplicates.
 
-    A root that does not exist yields nothing (the caller decides whether that is an error).
+    A root that does not exist yields nothing (the caller decides whether that is an error). Copies that a
+    logger keeps inside a run folder (``wandb/.../files/results.json``) are not records: a folder search skips
+    every logger folder below the root; a file named directly is taken as given.
     """
     if isinstance(roots, (str, os.PathLike)):
         roots = [roots]
@@ -524,7 +539,7 @@ def find_records(roots: str | os.PathLike | Iterable[str | os.PathLike]) -> list
             if p.is_file():
                 found.add(p)
             elif p.is_dir():
-                found.update(q for q in p.rglob(RECORD_FILENAME) if q.is_file())
+                found.update(q for q in p.rglob(RECORD_FILENAME) if q.is_file() and not _in_logger_folder(q, p))
     return sorted(found)
 
 
