@@ -28,7 +28,7 @@ import attnlab
 from attnlab.results.record import CHECKPOINTS_DIR, RECORD_FILENAME, record_header, write_record
 from attnlab.tasks import TaskData
 from attnlab.training.build import run_flavours
-from attnlab.training.callbacks import BestMetrics, Throughput
+from attnlab.training.callbacks import BestMetrics, RunCost, Throughput
 from attnlab.training.checkpointing import Preempted, checkpoint_step, find_resume_checkpoint
 from attnlab.training.config_hash import asked_config_hash
 from attnlab.training.faults import NonFiniteGuard
@@ -104,6 +104,8 @@ def _record(cfg: DictConfig, run_dir: Path, command: str | None, trainer: L.Trai
     best = next(c for c in callbacks if isinstance(c, BestMetrics))
     guard = next(c for c in callbacks if isinstance(c, NonFiniteGuard))
     params = count_parameters(module.model)
+    cost = next((c for c in callbacks if isinstance(c, RunCost)), None)
+    totals = cost.totals() if cost is not None else RunCost(started.wall, started.cpu).totals()
     wandb_id = next((lg.experiment.id for lg in trainer.loggers if lg.__class__.__name__ == "WandbLogger"), None)
     record = record_header(config_value(cfg), status=status, config_hash=config_hash, git=git_state(),
                            run_dir=str(run_dir.resolve()), command=command or shlex.join(sys.argv),
@@ -111,10 +113,12 @@ def _record(cfg: DictConfig, run_dir: Path, command: str | None, trainer: L.Trai
     record.update({
         "metrics": {"final": collect_metrics(trainer) if status == "completed" else {}, "best": dict(best.best)},
         "params": params,
-        "cost": {"wall_s": round(time.time() - started.wall, 2),
+        # every segment of a resumed run (RunCost); the clock of this one where the callback is not there
+        "cost": {"wall_s": round(totals["wall_s"], 2),
                  # CPU seconds of this process (all its threads) and its torch threads: at one thread the CPU time
                  # is what the run costs alone, however loaded the machine was (reproduce-list's estimates)
-                 "cpu_s": round(time.process_time() - started.cpu, 2), "torch_threads": torch.get_num_threads(),
+                 "cpu_s": round(totals["cpu_s"], 2), "segments": totals["segments"],
+                 "torch_threads": torch.get_num_threads(),
                  "tokens_per_s": throughput.average_tokens_per_s(),
                  "step_s": throughput.average_step_s(), "peak_mem_mb": peak_memory_mb(module.device),
                  "steps": trainer.global_step,

@@ -33,6 +33,7 @@ from attnlab.training.build import (
     check_splits_not_empty,
     derive_batching,
 )
+from attnlab.training.callbacks import RunCost
 from attnlab.training.checkpointing import (
     AtomicCheckpointIO,
     LastCheckpoint,
@@ -153,7 +154,7 @@ def _train_and_test(cfg: DictConfig, run_dir: Path, command: str | None, started
     """``run`` in its folder: prepare, fit, test, record."""
     try:
         with signals.raising("while preparing the run (data, tokenizer, model)"):
-            prepared = _prepare(cfg, run_dir, signals)
+            prepared = _prepare(cfg, run_dir, signals, started)
     except (StoppedBySignal, KeyboardInterrupt) as exc:
         raise _stopped_before_training(cfg, run_dir, command, exc) from None
     tested = _fit_and_test(cfg, run_dir, command, started, asked_hash, signals, prepared)
@@ -174,7 +175,7 @@ class _Prepared:
     resume_path: str | None
 
 
-def _prepare(cfg: DictConfig, run_dir: Path, signals: RunSignals) -> _Prepared:
+def _prepare(cfg: DictConfig, run_dir: Path, signals: RunSignals, started: RunClock) -> _Prepared:
     """Seeds and threads, the task, the module (resumed or initialised), callbacks, loggers and the trainer."""
     L.seed_everything(int(cfg.seed), workers=True, verbose=False)
     if cfg.hardware.matmul_precision:
@@ -198,7 +199,7 @@ def _prepare(cfg: DictConfig, run_dir: Path, signals: RunSignals) -> _Prepared:
         init_weights_from(module, cfg.init_from)
         log.info("initialised weights from %s (optimizer, schedule and counters start afresh)",
                  cfg.init_from)
-    callbacks = build_callbacks(cfg, run_dir)
+    callbacks = [*build_callbacks(cfg, run_dir), RunCost(started.wall, started.cpu)]
     last = next((c for c in callbacks if isinstance(c, LastCheckpoint)), None)
     if last is not None:  # last + top-k + one being written
         kept = 2 + int(cfg.callbacks.checkpoint.save_top_k or 0)
