@@ -53,8 +53,9 @@ def test_mean_std_over_three_seeds_and_paper_diff(workspace, put_record, monkeyp
     assert cells[1:4] == ["55.00 (d)", "50.00 ± 25.00 (n=3)", "-5.00"]
     assert cells[4] == "91.25 (s)"
     assert cells[7:] == ["123.5K", "1000", "200", "10.0"]
-    assert "Metric flavour: accuracy: exact match of the whole target sequence." in md
-    assert "scale: paper" in md and "Git: 0123456789ab." in md
+    assert "- **Metric flavour**: accuracy: exact match of the whole target sequence.\n" in md
+    # the caption: short labelled lines, not one paragraph (issue 52.9)
+    assert "\n- **Scale**: paper.\n" in md and "\n- **Provenance**: git 0123456789ab; hardware" in md
     for seed in range(3):
         assert f"`runs/t{seed}` (seed {seed}, completed" in md and f"attnlab-train paths.run_dir=runs/t{seed}" in md
 
@@ -84,7 +85,7 @@ def test_missing_failed_null_and_not_in_paper_cells(workspace, put_record):
     assert ut[3] == "96.00 (s)"
     assert act[1] == "—" and act[2] == "missing"  # no paper_row: not in the paper
     assert "Paper conflict, Universal Transformer.seq_acc: two sources disagree - left null" in md
-    assert "Ours: no completed runs yet." in md
+    assert "- **Ours**: no completed runs yet." in md
 
 
 def test_failed_seed_beside_completed_ones_and_superseded_duplicates(workspace, put_record):
@@ -394,7 +395,7 @@ def test_caption_names_overrides_beyond_the_presets(workspace, put_record):
                "paths.runs_dir=runs trainer.max_steps=800 ++task.at_scale.cpu.train_size=64")
     put_record("a", command=command)
     md = render_markdown(_build(workspace))
-    assert "Overrides beyond the presets: ++task.at_scale.cpu.train_size=64 trainer.max_steps=800." in md
+    assert "overrides beyond the presets: ++task.at_scale.cpu.train_size=64 trainer.max_steps=800." in md
 
 
 def test_scaled_paper_numbers_keep_their_published_precision():

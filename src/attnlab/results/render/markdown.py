@@ -9,7 +9,8 @@ from attnlab.results.render.common import header_and_rows, md_escape, source_lin
 
 def render_markdown(built: BuiltTable) -> str:
     header, body = header_and_rows(built)
-    lines = [f"# {built.spec.title}", "", f"Table `{built.spec.name}`. {built.caption}", ""]
+    lines = [f"# {built.spec.title}", "", f"Table `{built.spec.name}`.", ""]
+    lines += [f"- **{label}**: {text.rstrip('.')}." for label, text in built.caption_lines] + [""]
     lines.append("| " + " | ".join(md_escape(h) for h in header) + " |")
     lines.append("|" + "|".join(["---"] + ["---:"] * (len(header) - 1)) + "|")
     for cells in body:
