@@ -23,7 +23,7 @@ export ATTNLAB_DATA_ROOT ?= $(abspath ../shared/data)
 endif
 
 .DEFAULT_GOAL := help
-.PHONY: help install demo test test-slow test-gpu test-all lint format golden bench baselines tables check-tables migrate-records publish-runs rerun clean gpu-check
+.PHONY: help install demo test test-slow test-gpu test-all lint format golden bench baselines tables check-tables migrate-records curves publish-runs rerun clean gpu-check
 
 help: ## List every target with a one-line description
 	@awk -v color=$$([ -t 1 ] && echo 1) 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_%-]+:.*## / {name[++n] = $$1; \
@@ -48,6 +48,7 @@ demo: $(STAMP) ## Train a vanilla Transformer on the copy task (CPU, a few minut
 	@echo "The demo: a small Transformer learns to copy digit strings; test_train_len/ is its accuracy at the training lengths, test/ at up to 10x them (the length generalisation that UT Table 4 is about)."
 	$(BIN)/attnlab-table table=summary runs=$(DEMO_DIR)
 	@echo
+	$(BIN)/python -m attnlab.results.curves $(DEMO_DIR) --metric val/loss --out $(DEMO_DIR)/curves/val_loss
 	@echo "run folder:        $(DEMO_DIR)"
 	@echo "run record:        $(DEMO_DIR)/results.json"
 	@echo "CSV metrics:       $(DEMO_DIR)/csv/metrics.csv"
@@ -102,6 +103,11 @@ publish-runs: $(STAMP) ## Copy the records of finished preset runs (RUNS=runs) i
 rerun: $(STAMP) ## Rerun one published run (RECORD=results/runs/<experiment>/s<seed>-<hash>) with its recorded command; compare with its cell's spread
 	@test -n "$(RECORD)" || { echo "error: give the record to rerun, e.g. make rerun RECORD=results/runs/ut/table4/transformer_copy/s1-<hash>" >&2; exit 2; }
 	$(BIN)/python -m attnlab.results.rerun $(RECORD) --published $(PUBLISHED)
+
+METRIC ?= val/loss
+BY ?=
+curves: $(STAMP) ## Plot METRIC (default val/loss) against step for the runs under RUNS, one curve per value of BY (config keys), mean and band over seeds -> curves/<metric>.{png,svg}
+	$(BIN)/python -m attnlab.results.curves $(RUNS) --metric $(METRIC) --by "$(BY)"
 
 clean: ## Remove the virtual environment and caches (runs/ and results/ stay)
 	rm -rf $(VENV) .pytest_cache .ruff_cache
