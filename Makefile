@@ -23,7 +23,7 @@ export ATTNLAB_DATA_ROOT ?= $(abspath ../shared/data)
 endif
 
 .DEFAULT_GOAL := help
-.PHONY: help install demo test test-slow test-gpu test-all lint format golden bench baselines tables check-tables publish-runs rerun clean gpu-check
+.PHONY: help install demo test test-slow test-gpu test-all lint format golden bench baselines tables check-tables migrate-records curves publish-runs rerun clean gpu-check
 
 help: ## List every target with a one-line description
 	@awk -v color=$$([ -t 1 ] && echo 1) 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_%-]+:.*## / {name[++n] = $$1; \
@@ -45,8 +45,10 @@ install: $(STAMP) ## Create .venv and install attnlab with its dev extras
 demo: $(STAMP) ## Train a vanilla Transformer on the copy task (CPU, a few minutes) and print its table
 	$(BIN)/attnlab-train experiment=demo/copy logger=wandb hydra.run.dir=$(DEMO_DIR)
 	@echo
+	@echo "The demo: a small Transformer learns to copy digit strings; test_train_len/ is its accuracy at the training lengths, test/ at up to 10x them (the length generalisation that UT Table 4 is about)."
 	$(BIN)/attnlab-table table=summary runs=$(DEMO_DIR)
 	@echo
+	$(BIN)/python -m attnlab.results.curves $(DEMO_DIR) --metric val/loss --out $(DEMO_DIR)/curves/val_loss
 	@echo "run folder:        $(DEMO_DIR)"
 	@echo "run record:        $(DEMO_DIR)/results.json"
 	@echo "CSV metrics:       $(DEMO_DIR)/csv/metrics.csv"
@@ -87,9 +89,13 @@ baselines: $(STAMP) ## Compute the trivial baseline of every published run's tas
 tables: $(STAMP) ## Rebuild every results table and results/CLAIMS.md from the committed run records in results/runs (no training)
 	$(BIN)/attnlab-table table=all runs=$(PUBLISHED) out=results/ readme=$(TABLE_PAGES)
 
-check-tables: $(STAMP) ## Fail unless every committed table, results/CLAIMS.md and the documented tables (README.md, docs/) are what results/ gives (CI runs this)
+check-tables: $(STAMP) ## Fail unless every committed table, results/CLAIMS.md and the documented tables (README.md, docs/) are what results/ gives, and every published record's hash is what its command composes today (CI runs this)
 	$(BIN)/attnlab-table table=all runs=$(PUBLISHED) out=results/ readme=$(TABLE_PAGES) check=true
 	$(BIN)/python benchmarks/summary.py --check
+	$(BIN)/python -m attnlab.cli.record_hashes check --runs $(PUBLISHED)
+
+migrate-records: $(STAMP) ## After a config schema change: rewrite the hash of each published record whose command still composes the same values (proved key by key); lists the rest to retrain
+	$(BIN)/python -m attnlab.cli.record_hashes migrate --runs $(PUBLISHED) --baselines $(BASELINES)
 
 publish-runs: $(STAMP) ## Copy the records of finished preset runs (RUNS=runs) into results/runs for committing
 	$(BIN)/python -m attnlab.results.publish $(RUNS) $(PUBLISHED)
@@ -101,6 +107,11 @@ shell_quote = '$(subst ','\'',$(1))'
 rerun: $(STAMP) ## Rerun one published run (RECORD=results/runs/<experiment>/s<seed>-<hash>) with its recorded command; compare with its cell's spread (RERUN_ARGS: your own overrides, e.g. ones the record is not trusted with)
 	@test -n $(call shell_quote,$(RECORD)) || { echo "error: give the record to rerun, e.g. make rerun RECORD=results/runs/ut/table4/transformer_copy/s1-<hash>" >&2; exit 2; }
 	$(BIN)/python -m attnlab.results.rerun --published $(call shell_quote,$(PUBLISHED)) -- $(call shell_quote,$(RECORD)) $(RERUN_ARGS)
+
+METRIC ?= val/loss
+BY ?=
+curves: $(STAMP) ## Plot METRIC (default val/loss) against step for the runs under RUNS, one curve per value of BY (config keys), mean and band over seeds -> curves/<metric>.{png,svg}
+	$(BIN)/python -m attnlab.results.curves $(RUNS) --metric $(METRIC) --by "$(BY)"
 
 clean: ## Remove the virtual environment and caches (runs/ and results/ stay)
 	rm -rf $(VENV) .pytest_cache .ruff_cache

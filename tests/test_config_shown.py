@@ -99,12 +99,12 @@ def test_the_run_folder_holds_the_config_that_ran(scaled_run):
 def test_the_record_hash_is_still_the_hash_of_the_config_as_asked(scaled_run):
     """Committed records are found by this hash: it is the scaled config's, before build fills values."""
     from attnlab.cli.common import compose_checked
-    from attnlab.training.run import _safe_hash
+    from attnlab.training.run import asked_config_hash
 
     run_dir, argv = scaled_run
     record = json.loads((run_dir / "results.json").read_text())
     assert record["status"] == "completed"
-    assert record["config_hash"] == _safe_hash(compose_checked("train", argv))
+    assert record["config_hash"] == asked_config_hash(compose_checked("train", argv))
 
 
 def test_eval_rebuilds_the_same_config_from_a_scaled_run_folder(scaled_run):
@@ -123,15 +123,15 @@ def test_the_config_hash_does_not_depend_on_hydra_being_set_up():
     from hydra.core.hydra_config import HydraConfig
 
     from attnlab.cli.common import compose, compose_checked
-    from attnlab.training.run import _safe_hash
+    from attnlab.training.run import asked_config_hash
 
     argv = [*TINY, *TINY_ALGO, "seed=5"]
     saved = HydraConfig.instance().cfg
     try:
         HydraConfig.instance().cfg = None
-        outside = _safe_hash(compose_checked("train", argv))
+        outside = asked_config_hash(compose_checked("train", argv))
         HydraConfig.instance().set_config(compose("train", argv, with_hydra=True))
-        inside = _safe_hash(compose_checked("train", argv))
+        inside = asked_config_hash(compose_checked("train", argv))
     finally:
         HydraConfig.instance().cfg = saved
     assert outside == inside

@@ -46,8 +46,10 @@ def test_train_log_starts_with_what_runs(limit_run):
 def test_train_log_has_a_metrics_line_every_log_interval_and_after_validation(limit_run):
     run_dir, _ = limit_run
     log = (run_dir / "train.log").read_text()
-    steps = [int(s) for s in re.findall(r"step (\d+)/20  lr \S+ .*train/loss [\d.]+", log)]
+    # the line reads the training loss, the latest validation metrics and the learning rate first (issue 52.6)
+    steps = [int(s) for s in re.findall(r"step (\d+)/20  train/loss [\d.]+  (?:val/\S+ \S+  )*lr \S+", log)]
     assert steps == [5, 10, 15, 20]  # debug=limit logs every 5 steps
+    assert re.search(r"step 15/20  train/loss [\d.]+  val/char_acc \S+  val/loss [\d.]+", log)  # validated at 10
     assert len(re.findall(r"validation at step (?:10|20)  .*val/loss", log)) == 2
 
 

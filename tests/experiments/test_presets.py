@@ -68,16 +68,30 @@ def test_every_preset_is_a_row_of_one_spec_and_every_spec_row_has_a_preset(table
     assert sorted(used) == sorted(mine), f"presets without a spec row (or used twice): {sorted(set(mine) ^ set(used))}"
 
 
+def listing_blocks(text: str) -> dict[str, str]:
+    """``make reproduce-list``'s output as target -> its block joined into one line (the block wraps to fit a
+    terminal: every line at most 100 characters)."""
+    assert all(len(line) <= 100 for line in text.splitlines()), "a reproduce-list line does not fit a terminal"
+    blocks: dict[str, str] = {}
+    for line in text.splitlines():
+        if line.startswith("reproduce-"):
+            name = line.split(":", 1)[0]
+            blocks[name] = ""
+        else:
+            blocks[name] += " " + line.strip()
+    return {k: v.strip() for k, v in blocks.items()}
+
+
 @pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
 def test_reproduce_targets_run_every_preset_as_one_multirun_and_build_every_spec():
     out = subprocess.run(["make", "-s", "reproduce-list"], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
-    listing = {line.split(":", 1)[0]: line for line in out.stdout.splitlines() if line.startswith("reproduce-")}
+    listing = listing_blocks(out.stdout)
     for table_dir in TABLE_DIRS:
         target = "reproduce-" + table_dir.replace("/", "-")
         assert target in listing, f"no make target {target} (make/reproduce.mk)"
-        rows = ",".join(presets(table_dir))
-        assert f"rows {rows};" in listing[target]
+        rows = ", ".join(p.split("/")[-1] for p in presets(table_dir))
+        assert f"rows ({table_dir}/): {rows}" in listing[target]
         for path in spec_files(table_dir):
             assert f"{path.parent.name}/{path.stem}" in listing[target]
     dry = subprocess.run(

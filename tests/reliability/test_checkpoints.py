@@ -122,8 +122,14 @@ def test_signal_saves_stops_and_resume_matches_uninterrupted(step, signum, refer
     assert validate_record(interrupted) == []
     assert torch.load(tmp_path / "checkpoints" / LAST, weights_only=True)["global_step"] == step
 
+    saved = torch.load(tmp_path / "checkpoints" / LAST, weights_only=True)["callbacks"]["RunCost"]
+    assert saved["segments"] == 1 and 0 < saved["wall_s"] <= interrupted["cost"]["wall_s"]
+
     resumed = _run(tmp_path)  # the same command again: resume=auto finds last.ckpt
     assert resumed["status"] == "completed" and resumed["cost"]["steps"] == ref["cost"]["steps"]
+    # the record's cost spans both segments: the first up to its checkpoint, then the resumed one (issue 52.8)
+    assert ref["cost"]["segments"] == 1 and resumed["cost"]["segments"] == 2
+    assert resumed["cost"]["wall_s"] > saved["wall_s"] and resumed["cost"]["cpu_s"] > saved["cpu_s"]
     assert resumed["extra"]["resumed_from"].endswith(LAST)
     assert resumed["metrics"] == ref["metrics"]  # final and best, exactly
     assert same_weights(tmp_path / "checkpoints" / LAST, ref_dir / "checkpoints" / LAST)

@@ -96,7 +96,9 @@ def test_reproduce_list_gpu_sums_the_estimates_over_rows_and_seeds(tmp_path, cap
     estimates = tmp_path / "estimates.json"
     estimates.write_text(json.dumps({"rows": rows}))
     assert main(["--seeds", "1,2", "--scale", "gpu", "--gpu-estimates", str(estimates)]) == 0
-    lines = {line.split(":", 1)[0]: line for line in capsys.readouterr().out.splitlines()}
+    from tests.experiments.test_presets import listing_blocks
+
+    lines = listing_blocks(capsys.readouterr().out)
     # 6 presets x 2 seeds x 0.5 h = 6 GPU-h over the table's three specs
     assert "~6.0 GPU-h" in lines["reproduce-ut-table4"], lines["reproduce-ut-table4"]
     assert "not estimated" in lines["reproduce-ut-table7"]  # no estimate for its presets in this file

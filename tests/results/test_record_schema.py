@@ -194,7 +194,7 @@ def test_config_record_equals_the_old_literal(tmp_path, monkeypatch, which, stat
                                        extra=extra)
     written = rec_mod.read_record(tmp_path / "run" / rec_mod.RECORD_FILENAME)
     old = _old_config_record(cfg, tmp_path / "run", "attnlab-train x=1", status=status, error=error, extra=extra,
-                             git=git, config_hash=records._safe_hash(cfg), created="2025-06-01T12:00:00+0000")
+                             git=git, config_hash=records.asked_config_hash(cfg), created="2025-06-01T12:00:00+0000")
     assert written == rec_mod.sanitize_record(old)
     if which == "broken":
         assert written["task"] is None and written["hardware"]["precision"] == "None"

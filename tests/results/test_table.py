@@ -53,8 +53,9 @@ def test_mean_std_over_three_seeds_and_paper_diff(workspace, put_record, monkeyp
     assert cells[1:4] == ["55.00 (d)", "50.00 ± 25.00 (n=3)", "-5.00"]
     assert cells[4] == "91.25 (s)"
     assert cells[7:] == ["123.5K", "1000", "200", "10.0"]
-    assert "Metric flavour: accuracy: exact match of the whole target sequence." in md
-    assert "scale: paper" in md and "Git: 0123456789ab." in md
+    assert "- **Metric flavour**: accuracy: exact match of the whole target sequence.\n" in md
+    # the caption: short labelled lines, not one paragraph (issue 52.9)
+    assert "\n- **Scale**: paper.\n" in md and "\n- **Provenance**: git 0123456789ab; hardware" in md
     for seed in range(3):
         assert f"`runs/t{seed}` (seed {seed}, completed" in md and f"attnlab-train paths.run_dir=runs/t{seed}" in md
 
@@ -84,7 +85,7 @@ def test_missing_failed_null_and_not_in_paper_cells(workspace, put_record):
     assert ut[3] == "96.00 (s)"
     assert act[1] == "—" and act[2] == "missing"  # no paper_row: not in the paper
     assert "Paper conflict, Universal Transformer.seq_acc: two sources disagree - left null" in md
-    assert "Ours: no completed runs yet." in md
+    assert "- **Ours**: no completed runs yet." in md
 
 
 def test_failed_seed_beside_completed_ones_and_superseded_duplicates(workspace, put_record):
@@ -275,6 +276,26 @@ def test_summary_lists_every_record(workspace, put_record, capsys):
     assert "| run | status |" in capsys.readouterr().out
 
 
+def test_summary_reads_no_logger_copy_and_shows_every_test_split(workspace, put_record, capsys):
+    """make demo's summary (issue 52.2): wandb keeps a copy of results.json in the run folder, which once listed the
+    run twice; and a length-generalisation test alone (test/) hid that the in-distribution accuracy was 1.0."""
+    final = {"test/seq_acc": 0.09, "test_train_len/seq_acc": 1.0}
+    flavours = {"splits": "test: lengths 1-200 (10x the longest training length); test_train_len: lengths 1-20"}
+    record = put_record("demo", **{"metrics.final": final, "metric_flavours": flavours})
+    copy = record.parent / "wandb" / "offline-run-1" / "files" / "results.json"
+    copy.parent.mkdir(parents=True)
+    copy.write_bytes(record.read_bytes())
+    records, corrupt = load_records([workspace / "runs"])
+    assert [r.path for r in records] == [record] and not corrupt
+    text = render_summary(records, corrupt)
+    header = next(line for line in text.splitlines() if line.startswith("| run |"))
+    assert "test/seq_acc" in header and "test_train_len/seq_acc" in header
+    assert "| 0.09 | 1 |" in text
+    assert "test splits: test: lengths 1-200 (10x the longest training length)" in text
+    # a record file named directly is read, wherever it lies
+    assert len(load_records([copy])[0]) == 1
+
+
 def test_demo_spec_builds_against_records(tmp_path, put_record, monkeypatch):
     put_record("v", **{"model.attention": "vanilla", "model.recurrence": "stacked"})
     put_record("u", **{"model.attention": "vanilla", "model.recurrence": "ut", "metrics.final": {}})
@@ -374,7 +395,7 @@ def test_caption_names_overrides_beyond_the_presets(workspace, put_record):
                "paths.runs_dir=runs trainer.max_steps=800 ++task.at_scale.cpu.train_size=64")
     put_record("a", command=command)
     md = render_markdown(_build(workspace))
-    assert "Overrides beyond the presets: ++task.at_scale.cpu.train_size=64 trainer.max_steps=800." in md
+    assert "overrides beyond the presets: ++task.at_scale.cpu.train_size=64 trainer.max_steps=800." in md
 
 
 def test_scaled_paper_numbers_keep_their_published_precision():

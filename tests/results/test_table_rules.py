@@ -122,12 +122,12 @@ def test_delta_only_at_the_papers_scale(workspace, put_record, monkeypatch):
     put_record("cpu", seed=1)
     md = render_markdown(_build(workspace))
     header = next(line for line in md.splitlines() if line.startswith("| Row |"))
-    assert "Δ" not in header and "No Δ column: our runs are at laptop scale" in md
+    assert "Δ" not in header and "no Δ column: our runs are at laptop scale" in md
     (workspace / "runs" / "cpu" / "results.json").unlink()
     put_record("paper", seed=1, scale="paper")
     md = render_markdown(_build(workspace))
     row = next(line for line in md.splitlines() if line.startswith("| Transformer |"))
-    assert "| -5.00 |" in row and "No Δ column" not in md  # 50.00 ours vs 55.0 paper
+    assert "| -5.00 |" in row and "no Δ column" not in md  # 50.00 ours vs 55.0 paper
     put_record("ut-cpu", seed=1, **{"model.recurrence": "ut"})  # another row, at laptop scale
     cells = [c.strip() for c in next(line for line in render_markdown(_build(workspace)).splitlines()
                                      if line.startswith("| UT |")).strip("|").split("|")]  # fmt: skip
@@ -294,9 +294,12 @@ def test_make_reproduce_table_n_names_the_matching_targets():
     listing = subprocess.run(["make", "-s", "reproduce-list", "SEEDS=1,2", "STAMP="], cwd=REPO, capture_output=True,
                              text=True, timeout=60)  # fmt: skip
     assert listing.returncode == 0, listing.stderr
-    line = next(x for x in listing.stdout.splitlines() if x.startswith("reproduce-lra-table1:"))
-    assert "seeds 1,2;" in line and "; estimated time " in line  # the arithmetic: test_listing_estimates_...
-    assert "reproduce-synthesizer-table5-t5: rows synthesizer/t5/multitask_superglue_" in listing.stdout
+    from tests.experiments.test_presets import listing_blocks
+
+    blocks = listing_blocks(listing.stdout)
+    block = blocks["reproduce-lra-table1"]
+    assert "seeds: 1,2 " in block and block.startswith("estimated time: ")  # arithmetic: test_listing_estimates_...
+    assert "rows (synthesizer/t5/): multitask_superglue_" in blocks["reproduce-synthesizer-table5-t5"]
 
 
 def test_a_column_the_paper_has_no_number_for_has_no_paper_column(workspace, put_record):

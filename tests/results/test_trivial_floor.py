@@ -165,7 +165,8 @@ def test_the_table_header_shows_the_baseline_beside_ours(workspace, put_record):
     baselines = _baselines(workspace, _all_runs(BASELINE))
     built, _ = _evaluate(workspace, _claim("greater"), {"baseline": "constant_output", "margin": 5}, baselines)
     md = render_markdown(built)
-    assert "Trivial baseline (one constant output; computed from the data by make baselines): Seq. acc. 20.00." in md
+    assert "- **Trivial baseline**: Seq. acc. 20.00 (one constant output; computed from the data by make baselines)" \
+        in md
     assert "by more than Seq. acc. 5" in md
 
 

@@ -64,7 +64,7 @@ def build_tables(cfg: Mapping[str, Any] | DictConfig) -> list[Path]:
     exp_dir = Path(cfg.get("experiments_dir") or default_experiments_dir())
     table = str(cfg.get("table", "all"))
 
-    if table == "summary":
+    if table == "summary" or cfg.get("by"):
         specs = []
     elif table == "all":
         specs = [load_spec(name, exp_dir) for name in list_specs(exp_dir)]
@@ -89,6 +89,13 @@ def build_tables(cfg: Mapping[str, Any] | DictConfig) -> list[Path]:
 
     if table == "summary":
         sys.stdout.write(render_summary(records, corrupt))
+        return []
+    if cfg.get("by"):  # an ad-hoc table of these runs, printed; nothing written
+        from attnlab.cli.adhoc_table import build_adhoc_table
+
+        built = build_adhoc_table(records, _as_list(cfg.get("runs", "runs/")), _as_list(cfg["by"]),
+                                  _as_list(cfg.get("metrics")), cfg.get("claim"), cfg.get("data_root"))
+        sys.stdout.write(render_markdown(built))
         return []
 
     papers = load_paper_tables(cfg.get("paper_tables"), experiments_dir=exp_dir)

@@ -88,13 +88,13 @@ def hydra_main(cfg: DictConfig) -> None:
     try:
         record = run(cfg, run_dir=out, command=command, cli_overrides=overrides)
     except Preempted as exc:
-        log.warning("%s", exc)
+        log.warning("%s%s", exc, sweep_resume_hint(hc, multirun))
         if callable(exc.previous_handler):
             exc.previous_handler(exc.signum, None)  # e.g. submitit: requeue this job, then exit
-        fail(str(exc), code=128 + int(exc.signum))
+        fail(f"{exc}{sweep_resume_hint(hc, multirun)}", code=128 + int(exc.signum))
     except KeyboardInterrupt:  # a Ctrl-C that run() could not turn into a record (a second one, mid-shutdown)
         fail(f"interrupted (Ctrl-C); rerun the same command to resume from the newest checkpoint in "
-             f"{Path(out) / 'checkpoints'}, if there is one", code=130)
+             f"{Path(out) / 'checkpoints'}, if there is one{sweep_resume_hint(hc, multirun)}", code=130)
     except user_errors() + run_errors() as exc:
         reason = _record_failure(cfg, out, command, one_line(exc))
         if multirun:
@@ -117,6 +117,15 @@ def hydra_main(cfg: DictConfig) -> None:
     log.info("run record: %s/%s", record["run_dir"], RECORD_FILENAME)
     for key, value in shown.items():
         log.info("  %-28s %s", key, "n/a" if value is None else f"{value:.4f}")
+
+
+def sweep_resume_hint(hc: object, multirun: bool) -> str:
+    """Inside a ``-m`` sweep, what "rerun the same command" needs: the sweep's folder. Hydra names a new one per
+    start (multirun/<date>/<time>), so the command as typed would start the sweep over in a fresh folder."""
+    if not multirun:
+        return ""
+    sweep_dir = shlex.quote(f"hydra.sweep.dir={hc.sweep.dir}")
+    return f"; this is a sweep: rerun it with {sweep_dir} added to resume it (as typed, it starts a new sweep folder)"
 
 
 def _run_as_other_rank(cfg: DictConfig, out: str, command: str, overrides: list[str]) -> None:

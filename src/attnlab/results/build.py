@@ -78,10 +78,14 @@ class BuiltTable:
     rows: list[RowResult]
     paper_table: PaperTable | None
     paper_found: bool
-    caption: str
+    caption_lines: list[tuple[str, str]]  # (label, text): Ours, Scale, Data, Metric flavour, Paper, Provenance, ...
     footnotes: list[str]
     corrupt_unplaced: list[Corrupt]
     baselines: TableBaselines | None = None  # the trivial baselines of the runs (results/baselines/<table>.json)
+
+    @property
+    def caption(self) -> str:
+        return caption_text(self.caption_lines)
 
     @property
     def has_paper(self) -> bool:
@@ -298,7 +302,7 @@ def build_table(
         rows=rows,
         paper_table=ptable,
         paper_found=papers.found,
-        caption=_caption(spec, rows, ptable, papers) + _trivial_caption(spec, rows, baselines),
+        caption_lines=_caption(spec, rows, ptable, papers) + _trivial_caption(spec, rows, baselines),
         footnotes=_footnotes(spec, ptable, papers),
         corrupt_unplaced=unplaced,
         baselines=baselines,
@@ -339,8 +343,10 @@ def run_values(row: RowResult, metrics: Sequence[MetricSpec], index: int,
     return out
 
 
-def _trivial_caption(spec: TableSpec, rows: list[RowResult], baselines: TableBaselines | None) -> str:
-    """One sentence per column with a trivial baseline: its value(s) over the runs, what it is, the margin."""
+def _trivial_caption(spec: TableSpec, rows: list[RowResult],
+                     baselines: TableBaselines | None) -> list[tuple[str, str]]:
+    """The caption's baseline line: per column with a trivial baseline its value(s) over the runs, what it is,
+    the margin."""
     parts = []
     for i, m in enumerate(spec.metrics):
         if m.trivial is None:
@@ -356,13 +362,13 @@ def _trivial_caption(spec: TableSpec, rows: list[RowResult], baselines: TableBas
         missing = sum(b is None for _, b in pairs)
         parts.append(f"{m.label} {shown}" + (f" ({missing} runs not computed)" if missing else ""))
     if not parts:
-        return ""
+        return []
     whats = sorted({e["what"] for e in (baselines.entries.values() if baselines else [])})
     margins = sorted({f"{m.label} {m.trivial.margin:g}" for m in spec.metrics if m.trivial is not None
                       and m.trivial.margin})
-    return (f" Trivial baseline ({'; '.join(whats) or 'not computed'}; computed from the data by make baselines): "
-            f"{', '.join(parts)}. A claim is decided only when the better of its rows beats it in every run"
-            + (f" by more than {', '.join(margins)}" if margins else "") + ".")
+    return [("Trivial baseline", f"{', '.join(parts)} ({'; '.join(whats) or 'not computed'}; computed from the data "
+             f"by make baselines); a claim is decided only when the better of its rows beats it in every run"
+             + (f" by more than {', '.join(margins)}" if margins else ""))]
 
 
 def _refuse_other_kind(spec: TableSpec, row: RowSpec, mine: list[Loaded]) -> None:
@@ -452,33 +458,42 @@ def _extra_overrides(command: Any) -> list[str]:
     return out
 
 
-def _caption(spec: TableSpec, rows: list[RowResult], ptable: PaperTable | None, papers: PaperTables) -> str:
+def _caption(spec: TableSpec, rows: list[RowResult], ptable: PaperTable | None,
+             papers: PaperTables) -> list[tuple[str, str]]:
+    """The caption as short labelled lines (what a reader looks up: scale, data, metric, paper, provenance)."""
     used = [r for row in rows for r in row.used]
-    parts = []
+    lines: list[tuple[str, str]] = []
     if used:
         counts = sorted({len(row.used) for row in rows if row.used})
         seeds = str(counts[0]) if len(counts) == 1 else f"{counts[0]} to {counts[-1]}"
-        parts.append(
-            f"Ours: mean ± sample std over {seeds} seed(s) per row (n in each cell); "
-            f"scale: {', '.join(_distinct(r.data.get('scale') for r in used))}."
-        )
+        lines.append(("Ours", f"mean ± sample std over {seeds} seed(s) per row (n in each cell)"))
+        scale = ", ".join(_distinct(r.data.get("scale") for r in used))
+        if spec.paper and not any(c.at_paper_scale for row in rows for c in row.cells):
+            scale += (" (no Δ column: our runs are at laptop scale, not the paper's (model, data and steps are "
+                      "smaller), so ours and the paper's numbers stand side by side for orientation, not as a "
+                      "difference)")
+        lines.append(("Scale", scale))
     else:
-        parts.append("Ours: no completed runs yet.")
+        lines.append(("Ours", "no completed runs yet"))
     data = spec.data or ", ".join(_distinct(r.data.get("task") for r in used))
     if data:
-        parts.append(f"Data: {data}.")
+        lines.append(("Data", data.rstrip(".")))
     flavours: dict[str, set[str]] = {}
     for r in used:
         for k, v in (r.data.get("metric_flavours") or {}).items():
             flavours.setdefault(k, set()).add(str(v))
-    if flavours:
-        text = "; ".join(
-            f"{k}: {' | '.join(sorted(v))}" + (" (MIXED across runs)" if len(v) > 1 else "")
-            for k, v in sorted(flavours.items())
-        )
-        parts.append(f"Metric flavour: {text}.")
-    else:
-        parts.append("Metric flavour: none recorded.")
+    text = "; ".join(
+        f"{k}: {' | '.join(sorted(v))}" + (" (MIXED across runs)" if len(v) > 1 else "")
+        for k, v in sorted(flavours.items())
+    )
+    lines.append(("Metric flavour", text or "none recorded"))
+    if spec.paper:
+        if ptable is not None:
+            cite = f" ({one_line(ptable.citation, 120)})" if ptable.citation else ""
+            lines.append(("Paper", f"{spec.paper} {spec.table}{cite}, from paper_tables.yaml"))
+        elif not papers.found:
+            lines.append(("Paper", NOT_FOUND))
+    provenance = []
     commits = sorted(
         {
             f"{(get_field(r.data, 'git.commit') or 'unknown')[:12]}"
@@ -487,25 +502,21 @@ def _caption(spec: TableSpec, rows: list[RowResult], ptable: PaperTable | None, 
         }
     )
     if commits:
-        parts.append(f"Git: {', '.join(commits)}.")
-    extra = _distinct(o for r in used for o in _extra_overrides(r.data.get("command")))
-    if extra:
-        parts.append(f"Overrides beyond the presets: {' '.join(extra)}.")
+        provenance.append(f"git {', '.join(commits)}")
     hw = _distinct(get_field(r.data, "hardware.name") for r in used)
     if hw:
-        parts.append(f"Hardware: {', '.join(hw)}.")
-    if spec.paper and used and not any(c.at_paper_scale for row in rows for c in row.cells):
-        parts.append(
-            "No Δ column: our runs are at laptop scale, not the paper's (model, data and steps are smaller), so "
-            "ours and the paper's numbers stand side by side for orientation, not as a difference."
-        )
-    if spec.paper:
-        if ptable is not None:
-            cite = f" ({one_line(ptable.citation, 120)})" if ptable.citation else ""
-            parts.append(f"Paper: {spec.paper} {spec.table}{cite}, from paper_tables.yaml.")
-        elif not papers.found:
-            parts.append(f"Paper: {NOT_FOUND}.")
-    return " ".join(parts)
+        provenance.append(f"hardware {', '.join(hw)}")
+    extra = _distinct(o for r in used for o in _extra_overrides(r.data.get("command")))
+    if extra:
+        provenance.append(f"overrides beyond the presets: {' '.join(extra)}")
+    if provenance:
+        lines.append(("Provenance", "; ".join(provenance)))
+    return lines
+
+
+def caption_text(lines: list[tuple[str, str]]) -> str:
+    """The labelled lines as one paragraph (a LaTeX caption)."""
+    return " ".join(f"{label}: {text.rstrip('.')}." for label, text in lines)
 
 
 def _footnotes(spec: TableSpec, ptable: PaperTable | None, papers: PaperTables) -> list[str]:

@@ -36,6 +36,9 @@ from attnlab.results.record import (
 from attnlab.results.safe_yaml import UnsafeYamlError, load_yaml
 
 RUNS_DIR = "${paths.runs_dir}"
+# The hash's exclusions, less the per-scale blocks: a config read here is the form before the scale blocks are
+# applied, where an edited ``at_scale.cpu`` block (800 laptop steps instead of 500) is the only trace of the change.
+_BEFORE_SCALE_EXCLUDE = tuple(p for p in DEFAULT_HASH_EXCLUDE if p != "at_scale")
 
 
 def relative_init_from(init_from: Any, runs_dir: Any) -> Any:
@@ -144,7 +147,7 @@ def seedless_config(record_path: Path | None, data: Mapping[str, Any]) -> dict[s
         if "init_from" in config:
             paths = config.get("paths") if isinstance(config.get("paths"), Mapping) else {}
             config["init_from"] = relative_init_from(config["init_from"], paths.get("runs_dir"))
-        stripped = _strip({k: v for k, v in config.items() if k != "seed"}, DEFAULT_HASH_EXCLUDE, "")
+        stripped = _strip({k: v for k, v in config.items() if k != "seed"}, _BEFORE_SCALE_EXCLUDE, "")
         flat: dict[str, Any] = {}
         _flatten(stripped, "", flat)
         return flat

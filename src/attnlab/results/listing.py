@@ -28,6 +28,7 @@ import argparse
 import json
 import statistics
 import sys
+import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -225,20 +226,35 @@ def estimate_gpu(target: Target, seeds: list[int], estimates: dict[str, Any]) ->
     return _with_notes(text, ("not estimated", missing), ("no one-GPU protocol (see the spec)", none))
 
 
+# Lines of the listing fit a terminal of this width: a target's rows and estimate wrap, indented below its name.
+WIDTH = 100
+
+
+def _block(name: str, fields: list[tuple[str, str]]) -> list[str]:
+    """``name:`` then one indented, wrapped line per field (``label: text``)."""
+    lines = [f"{name}:"]
+    for label, text in fields:
+        lines += textwrap.wrap(f"{label}: {text}", width=WIDTH, initial_indent="    ", subsequent_indent="      ",
+                               break_on_hyphens=False)
+    return lines
+
+
 def render_listing(targets: list[Target], seeds: str, jobs: int = 1,
                    published: dict[str, Published] | None = None, gpu_estimates: dict[str, Any] | None = None) -> str:
-    """One line per target; with ``gpu_estimates`` (scale=gpu) the time is GPU-hours on one GPU."""
+    """One block per target (its name, then its estimate, rows, seeds and tables on indented lines that fit a
+    terminal); with ``gpu_estimates`` (scale=gpu) the time is GPU-hours on one GPU."""
     seed_list = [int(s) for s in seeds.split(",") if s.strip()]
     lines = []
     for t in targets:
-        rows = ",".join(t.rows) or "none yet"
+        rows = ", ".join(r.split("/")[-1] for r in t.rows) or "none yet"
         tables = " ".join(s.name for s in t.specs) or "none yet"
         if gpu_estimates is not None:
-            lines.append(f"{t.name}: rows {rows}; seeds {seeds}; tables {tables}; scale=gpu, one GPU: "
-                         f"{estimate_gpu(t, seed_list, gpu_estimates)}")
-            continue
-        time = estimate(t, seed_list, jobs, published)
-        lines.append(f"{t.name}: rows {rows}; seeds {seeds}; tables {tables}; estimated time {time}")
+            time = ("scale=gpu, one GPU", estimate_gpu(t, seed_list, gpu_estimates))
+        else:
+            time = ("estimated time", estimate(t, seed_list, jobs, published))
+        folder = "/".join(t.rows[0].split("/")[:-1]) if t.rows else ""
+        lines += _block(t.name, [time, (f"rows ({folder}/)" if folder else "rows", rows), ("seeds", seeds),
+                                 ("tables", tables)])
     return "\n".join(lines) + "\n"
 
 

@@ -574,10 +574,25 @@ def read_record(path: str | os.PathLike) -> dict[str, Any]:
     return data
 
 
+# The folders the loggers write inside a run folder (training/loggers_callbacks.py, wandb_run.py). wandb keeps a
+# copy of the run's results.json among its files; read as a record it would count the run twice.
+LOGGER_FOLDERS = frozenset({"wandb", "csv", "tensorboard"})
+
+
+def _in_logger_folder(path: Path, root: Path) -> bool:
+    try:
+        below = path.parent.relative_to(root).parts
+    except ValueError:
+        return False
+    return any(part in LOGGER_FOLDERS for part in below)
+
+
 def find_records(roots: str | os.PathLike | Iterable[str | os.PathLike]) -> list[Path]:
     """Every ``results.json`` under the given folder(s), file(s) or glob pattern(s), sorted, no duplicates.
 
-    A root that does not exist yields nothing (the caller decides whether that is an error).
+    A root that does not exist yields nothing (the caller decides whether that is an error). Copies that a
+    logger keeps inside a run folder (``wandb/.../files/results.json``) are not records: a folder search skips
+    every logger folder below the root; a file named directly is taken as given.
     """
     if isinstance(roots, (str, os.PathLike)):
         roots = [roots]
@@ -590,7 +605,7 @@ def find_records(roots: str | os.PathLike | Iterable[str | os.PathLike]) -> list
             if p.is_file():
                 found.add(p)
             elif p.is_dir():
-                found.update(q for q in p.rglob(RECORD_FILENAME) if q.is_file())
+                found.update(q for q in p.rglob(RECORD_FILENAME) if q.is_file() and not _in_logger_folder(q, p))
     return sorted(found)
 
 
@@ -622,6 +637,10 @@ DEFAULT_HASH_EXCLUDE: tuple[str, ...] = (
     "resume",  # whether to pick up a checkpoint: a resumed run is the same run
     "record_attention*",  # what the run also writes (attention-weight captures), not what it trains
     "plugins",  # modules imported for their registrations; what they register is in the config itself
+    # The per-scale blocks (training/scale.py): the block of the scale that runs is already applied to the keys
+    # it names, and the blocks of the other scales never run; a preset growing an ``at_scale.gpu`` block must
+    # not make its laptop records a different configuration.
+    "at_scale",
 )
 
 

@@ -99,6 +99,10 @@ def load_algorithmic(cfg: dict[str, Any], seed: int) -> TaskData:
         metric_flavours={
             "char_acc": "greedy decoding; fraction of target symbols right at their position",
             "seq_acc": "greedy decoding; fraction of outputs exactly equal to the target",
+            # what each test split is, for the reader of a metric named test/... or test_train_len/...
+            "splits": f"test: lengths {cfg['test_min_len']}-{cfg['test_max_len']} "
+                      f"({cfg['test_max_len'] / cfg['train_max_len']:.3g}x the longest training length); "
+                      f"test_train_len: lengths 1-{cfg['train_max_len']} (in distribution)",
         },
         train_lengths=[len(x) + 1 for x, _ in datasets["train"].pairs],
         detokenize=lambda ids: " ".join(vocab.decode(ids)),

@@ -120,18 +120,44 @@ def warmup_steps(max_steps: int | None) -> int:
     return min(max(2, max_steps // 10), 50)
 
 
+class RunCost(L.Callback):
+    """What the run has cost over all its segments: a run stopped and resumed is one run, and its record's
+    ``cost.wall_s`` and ``cpu_s`` count every segment up to its last checkpoint, not only the one that finished.
+    The earlier segments' totals travel in the checkpoints (this callback's state)."""
+
+    def __init__(self, wall_started: float, cpu_started: float) -> None:
+        self.wall_started, self.cpu_started = wall_started, cpu_started
+        self.earlier = {"wall_s": 0.0, "cpu_s": 0.0, "segments": 0}
+
+    def totals(self) -> dict[str, float | int]:
+        """The run's wall and CPU seconds so far, and the segments they span (this one included)."""
+        return {"wall_s": self.earlier["wall_s"] + time.time() - self.wall_started,
+                "cpu_s": self.earlier["cpu_s"] + time.process_time() - self.cpu_started,
+                "segments": int(self.earlier["segments"]) + 1}
+
+    def state_dict(self):
+        return self.totals()
+
+    def load_state_dict(self, state_dict):
+        self.earlier = {"wall_s": float(state_dict.get("wall_s", 0.0)), "cpu_s": float(state_dict.get("cpu_s", 0.0)),
+                        "segments": int(state_dict.get("segments", 0))}
+
+
 class MetricsLine(L.Callback):
     """A plain log line of the latest metrics every ``every`` optimizer steps, and one after every
     validation: what a cluster user reads in ``train.log`` (and the console when it is not a terminal,
     where no progress bar is drawn)."""
 
-    SHOWN = ("train/", "perf/")
+    SHOWN = ("train/", "val/", "perf/")
+    # Constants of the run, in the logger's files but not worth a place on every line.
+    HIDDEN = ("perf/peak_flops", "perf/peak_source", "perf/flops_per_token")
 
     def __init__(self, every: int) -> None:
         self.every = max(int(every), 1)
         self._last_step = -1
         self._started = time.monotonic()
         self._start_step = 0
+        self._last_validation: dict = {}  # Lightning clears callback_metrics at an epoch's start; the line keeps it
 
     def on_train_start(self, trainer, pl_module):
         self._started, self._start_step = time.monotonic(), trainer.global_step
@@ -141,7 +167,8 @@ class MetricsLine(L.Callback):
         if step == self._last_step or step % self.every or not trainer.is_global_zero:
             return  # mid-accumulation, already logged, or not a log step
         self._last_step = step
-        shown = {k: v for k, v in trainer.callback_metrics.items() if k.startswith(self.SHOWN)}
+        shown = {**self._last_validation, **{k: v for k, v in trainer.callback_metrics.items()
+                                             if k.startswith(self.SHOWN) and not k.startswith(self.HIDDEN)}}
         if trainer.optimizers:
             shown["lr"] = trainer.optimizers[0].param_groups[0]["lr"]
         elapsed = time.monotonic() - self._started
@@ -154,11 +181,24 @@ class MetricsLine(L.Callback):
         if trainer.sanity_checking or not trainer.is_global_zero:
             return
         shown = {k: v for k, v in trainer.callback_metrics.items() if k.startswith("val/")}
+        self._last_validation = {k: float(v) for k, v in shown.items()}
         logging.getLogger("attnlab").info("validation at step %d  %s", trainer.global_step, _format(shown))
 
 
+def _line_order(key: str) -> tuple[int, str]:
+    """What a reader looks for first: the training loss, the latest validation metrics, the learning rate; then
+    the other training metrics and the speed."""
+    if key == "train/loss":
+        return (0, key)
+    for rank, prefix in enumerate(("val/", "lr", "train/", "perf/"), start=1):
+        if key.startswith(prefix):
+            return (rank, key)
+    return (5, key)
+
+
 def _format(metrics: dict) -> str:
-    return "  ".join(f"{k} {float(v):.4g}" for k, v in sorted(metrics.items())) or "(nothing logged yet)"
+    return "  ".join(f"{k} {float(v):.4g}" for k, v in sorted(metrics.items(), key=lambda kv: _line_order(kv[0]))) \
+        or "(nothing logged yet)"
 
 
 def _duration(seconds: float) -> str:

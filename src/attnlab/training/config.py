@@ -160,8 +160,37 @@ NON_NEGATIVE = ("model.encoder_layers", "model.random_position_offset", "model.d
                 "hardware.num_workers", "optim.weight_decay", "optim.grad_clip", "trainer.num_sanity_val_steps")
 
 
+# Lightning Trainer arguments a Lightning user types under ``trainer.``, and where attnlab keeps what they set: the
+# experiment owns the optimisation problem (clipping, global batch, length of training) and ``hardware`` how it is
+# computed, so the trainer section holds only cadence and debugging knobs.
+LIGHTNING_TRAINER_KEYS = {
+    "gradient_clip_val": "optim.grad_clip (clipping by global norm; 0 turns it off)",
+    "gradient_clip_algorithm": "optim.grad_clip (always by global norm)",
+    "accumulate_grad_batches": "batch.sentences_per_update or batch.tokens_per_update (the global batch; attnlab "
+                               "derives the accumulation from it and hardware.max_batch_per_device)",
+    "max_epochs": "trainer.max_steps (runs are measured in updates)",
+    "min_epochs": "trainer.max_steps (runs are measured in updates)",
+    "max_time": "trainer.max_steps (runs are measured in updates)",
+    "check_val_every_n_epoch": "trainer.val_check_interval (in updates)",
+    "precision": "hardware.precision (or a hardware= preset: cpu, cpu_bf16, gpu1, ...)",
+    "accelerator": "hardware.accelerator (or a hardware= preset)",
+    "devices": "hardware.devices (or a hardware= preset)",
+    "num_nodes": "hardware.num_nodes (or hardware=multinode)",
+    "strategy": "hardware.strategy (or a hardware= preset)",
+    "default_root_dir": "paths.runs_dir or hydra.run.dir (where the run folder goes)",
+    "logger": "logger=csv|wandb|tensorboard (the logger group)",
+    "callbacks": "callbacks.* (the callbacks group)",
+    "enable_checkpointing": "callbacks.checkpoint",
+}
+
+
 def _check(node: Any, schema: type, path: str) -> None:
     """Merge ``node`` into the structured schema: unknown keys and wrong types fail with one line."""
+    if schema is TrainerSchema:
+        typed = sorted(set(node.keys()) & LIGHTNING_TRAINER_KEYS.keys()) if hasattr(node, "keys") else []
+        if typed:
+            raise ConfigError(f"trainer.{typed[0]} is a Lightning Trainer argument that attnlab sets from its own "
+                              f"config: use {LIGHTNING_TRAINER_KEYS[typed[0]]}")
     try:
         OmegaConf.merge(OmegaConf.structured(schema), node)
     except OmegaConfBaseException as exc:

@@ -34,6 +34,12 @@ def describe_config(cfg: DictConfig, run_dir: Path) -> None:
     log.info("training: %d steps, %s per update, %s lr %g (%s), validation every %d steps; hardware %s "
              "(%d x %s, precision %s)", t.max_steps, per_update, optimizer, o.lr, schedule, t.val_check_interval,
              hw.name, hw.devices * hw.num_nodes, hw.accelerator, hw.precision)
+    if not isinstance(o.schedule, DictConfig) and 0 < t.max_steps <= o.warmup_steps:
+        # a short ablation of a preset (trainer.max_steps=200) keeps the preset's warmup: said once, here
+        log.warning("optim.warmup_steps=%d >= trainer.max_steps=%d: the run ends inside the warmup, and the "
+                    "learning rate peaks at %.3g (%.0f%% of optim.lr=%g); shorten the warmup with the steps if "
+                    "that is not what you want", o.warmup_steps, t.max_steps, o.lr * t.max_steps / o.warmup_steps,
+                    100 * t.max_steps / o.warmup_steps, o.lr)
 
 
 def describe_build(cfg: DictConfig, task: TaskData, module: TaskModule) -> None:

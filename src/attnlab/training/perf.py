@@ -260,7 +260,9 @@ class MFUCallback(Callback):
         if self.flops_per_token is not None:
             metrics["perf/flops_per_token"] = self.flops_per_token
             value = mfu(self.flops_per_token, tps, self.peak)
-            if value is not None:
+            # Against a peak measured on a shared CPU the ratio means little (a loaded machine measures a low
+            # peak, and the ratio went above 1): only a datasheet peak makes an MFU worth showing.
+            if value is not None and self.peak_source == "datasheet":
                 metrics["perf/mfu"] = value
         if self.peak is not None:
             metrics["perf/peak_flops"] = self.peak

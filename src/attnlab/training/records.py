@@ -2,7 +2,7 @@
 the run failed or stopped before those existed, and the writers that put it in the run folder. The record's
 schema, hashing and file format are ``results/record.py``; this module fills it in from training state: provenance
 (``git_state``), metrics, cost, and how the run stopped. It also holds what finds a run's record again: the hash of
-the config as asked (``_safe_hash``) and a completed record of that hash (``_completed_twin``).
+the config as asked (``asked_config_hash``) and a completed record of that hash (``_completed_twin``).
 """
 
 from __future__ import annotations
@@ -28,8 +28,9 @@ import attnlab
 from attnlab.results.record import CHECKPOINTS_DIR, RECORD_FILENAME, record_header, write_record
 from attnlab.tasks import TaskData
 from attnlab.training.build import run_flavours
-from attnlab.training.callbacks import BestMetrics, Throughput
+from attnlab.training.callbacks import BestMetrics, RunCost, Throughput
 from attnlab.training.checkpointing import Preempted, checkpoint_step, find_resume_checkpoint
+from attnlab.training.config_hash import asked_config_hash
 from attnlab.training.faults import NonFiniteGuard
 from attnlab.training.modules import TaskModule, count_parameters
 from attnlab.training.stop_signals import Interrupted, StoppedBySignal, signals_deferred
@@ -115,6 +116,8 @@ def _record(cfg: DictConfig, run_dir: Path, command: str | None, trainer: L.Trai
     best = next(c for c in callbacks if isinstance(c, BestMetrics))
     guard = next(c for c in callbacks if isinstance(c, NonFiniteGuard))
     params = count_parameters(module.model)
+    cost = next((c for c in callbacks if isinstance(c, RunCost)), None)
+    totals = cost.totals() if cost is not None else RunCost(started.wall, started.cpu).totals()
     wandb_id = next((lg.experiment.id for lg in trainer.loggers if lg.__class__.__name__ == "WandbLogger"), None)
     record = record_header(config_value(cfg), status=status, config_hash=config_hash, git=git_state(),
                            run_dir=str(run_dir.resolve()), command=command or shlex.join(sys.argv),
@@ -122,10 +125,12 @@ def _record(cfg: DictConfig, run_dir: Path, command: str | None, trainer: L.Trai
     record.update({
         "metrics": {"final": collect_metrics(trainer) if status == "completed" else {}, "best": dict(best.best)},
         "params": params,
-        "cost": {"wall_s": round(time.time() - started.wall, 2),
+        # every segment of a resumed run (RunCost); the clock of this one where the callback is not there
+        "cost": {"wall_s": round(totals["wall_s"], 2),
                  # CPU seconds of this process (all its threads) and its torch threads: at one thread the CPU time
                  # is what the run costs alone, however loaded the machine was (reproduce-list's estimates)
-                 "cpu_s": round(time.process_time() - started.cpu, 2), "torch_threads": torch.get_num_threads(),
+                 "cpu_s": round(totals["cpu_s"], 2), "segments": totals["segments"],
+                 "torch_threads": torch.get_num_threads(),
                  "tokens_per_s": throughput.average_tokens_per_s(),
                  "step_s": throughput.average_step_s(), "peak_mem_mb": peak_memory_mb(module.device),
                  "steps": trainer.global_step,
@@ -249,7 +254,7 @@ def write_config_record(cfg: DictConfig, run_dir: str | os.PathLike, command: st
     """A run record made from the config alone (the run failed or stopped before its model or trainer
     existed); False when the folder cannot take it, with nothing half-written. A second Ctrl-C or stop
     signal waits until the record is on disk."""
-    record = record_header(config_value(cfg), status=status, error=error, config_hash=_safe_hash(cfg),
+    record = record_header(config_value(cfg), status=status, error=error, config_hash=asked_config_hash(cfg),
                            git=git_state(), run_dir=str(Path(run_dir).resolve()), command=command,
                            created=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
     record["versions"] = {"python": platform.python_version(), "torch": torch.__version__,
@@ -275,42 +280,9 @@ def _completed_twin(cfg: DictConfig) -> dict[str, Any] | None:
     if not skip_existing_requested():
         return None
     # runs/ and the published results/runs: a clean clone skips what is committed.
-    done = find_completed(search_roots(cfg.paths.runs_dir), _safe_hash(cfg))  # the hash the record carries
+    done = find_completed(search_roots(cfg.paths.runs_dir), asked_config_hash(cfg))  # the hash the record carries
     if done is None:
         return None
     log.info("skipping: a completed run with the same config hash exists: %s", done)
     return read_record(done)
-
-
-def _safe_hash(cfg: DictConfig) -> str | None:
-    from attnlab.results.record import DEFAULT_HASH_EXCLUDE, config_hash
-
-    exclude = DEFAULT_HASH_EXCLUDE
-    try:
-        return config_hash(OmegaConf.to_container(cfg, resolve=True), exclude=exclude)
-    except Exception:  # noqa: BLE001 - resolved below without the keys the hash leaves out
-        pass
-    # Outside a Hydra run (a tool, a test after another test cleared Hydra's state) ``paths.run_dir`` =
-    # ${hydra:runtime.output_dir} cannot resolve; it is not hashed, so drop the excluded keys and resolve the
-    # rest: the same hash as inside the run.
-    trimmed = OmegaConf.create(OmegaConf.to_container(cfg, resolve=False))
-    _drop_excluded(trimmed, exclude, "")
-    try:
-        return config_hash(OmegaConf.to_container(trimmed, resolve=True), exclude=exclude)
-    except Exception:  # noqa: BLE001 - an unresolvable config is hashed as written
-        return config_hash(OmegaConf.to_container(cfg, resolve=False), exclude=exclude)
-
-
-def _drop_excluded(node: DictConfig, exclude: tuple[str, ...], prefix: str) -> None:
-    from attnlab.results.record import is_excluded
-
-    for key in list(node.keys()):
-        path = f"{prefix}{key}"
-        if is_excluded(path, exclude):
-            del node[key]
-            continue
-        child = node._get_node(key)
-        if isinstance(child, DictConfig) and not child._is_missing() and not child._is_none() \
-                and not child._is_interpolation():
-            _drop_excluded(child, exclude, path + ".")
 

@@ -33,6 +33,7 @@ from attnlab.training.build import (
     check_splits_not_empty,
     derive_batching,
 )
+from attnlab.training.callbacks import RunCost
 from attnlab.training.checkpointing import (
     AtomicCheckpointIO,
     LastCheckpoint,
@@ -44,6 +45,7 @@ from attnlab.training.checkpointing import (
     model_weights,
 )
 from attnlab.training.config import validate
+from attnlab.training.config_hash import asked_config_hash
 from attnlab.training.describe import describe_build, describe_config
 from attnlab.training.faults import NonFiniteGuard, checkpoint_bytes
 from attnlab.training.loggers_callbacks import build_callbacks, build_loggers
@@ -51,7 +53,6 @@ from attnlab.training.records import (
     RunClock,
     _completed_twin,
     _record,
-    _safe_hash,
     _stopped_before_training,
     _storage_errors,
     _write_interrupted_record,
@@ -141,7 +142,7 @@ def run(cfg: DictConfig, *, run_dir: str | os.PathLike | None = None, command: s
     validate(cfg)
     # The hash of the config as asked for: the build below fills in values found in the data (max_len,
     # QKNorm's g0, ...), and a rerun must find this record by the hash it computes before that.
-    asked_hash = _safe_hash(cfg)
+    asked_hash = asked_config_hash(cfg)
     done = _completed_twin(cfg)
     if done is not None:
         return done
@@ -160,7 +161,7 @@ def _train_and_test(cfg: DictConfig, run_dir: Path, command: str | None, started
     """``run`` in its folder: prepare, fit, test, record."""
     try:
         with signals.raising("while preparing the run (data, tokenizer, model)"):
-            prepared = _prepare(cfg, run_dir, signals)
+            prepared = _prepare(cfg, run_dir, signals, started)
     except (StoppedBySignal, KeyboardInterrupt) as exc:
         raise _stopped_before_training(cfg, run_dir, command, exc) from None
     tested = _fit_and_test(cfg, run_dir, command, started, asked_hash, signals, prepared)
@@ -181,7 +182,7 @@ class _Prepared:
     resume_path: str | None
 
 
-def _prepare(cfg: DictConfig, run_dir: Path, signals: RunSignals) -> _Prepared:
+def _prepare(cfg: DictConfig, run_dir: Path, signals: RunSignals, started: RunClock) -> _Prepared:
     """Seeds and threads, the task, the module (resumed or initialised), callbacks, loggers and the trainer."""
     L.seed_everything(int(cfg.seed), workers=True, verbose=False)
     if cfg.hardware.matmul_precision:
@@ -205,7 +206,7 @@ def _prepare(cfg: DictConfig, run_dir: Path, signals: RunSignals) -> _Prepared:
         init_weights_from(module, cfg.init_from)
         log.info("initialised weights from %s (optimizer, schedule and counters start afresh)",
                  cfg.init_from)
-    callbacks = build_callbacks(cfg, run_dir)
+    callbacks = [*build_callbacks(cfg, run_dir), RunCost(started.wall, started.cpu)]
     last = next((c for c in callbacks if isinstance(c, LastCheckpoint)), None)
     if last is not None:  # last + top-k + one being written
         kept = 2 + int(cfg.callbacks.checkpoint.save_top_k or 0)

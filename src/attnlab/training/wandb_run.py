@@ -65,6 +65,10 @@ def build_wandb_logger(cfg: DictConfig, run_dir: Path, run_id: str | None = None
         offline = w.offline and os.environ.get("WANDB_MODE") in (None, "", "offline")
         if offline:
             os.environ.setdefault("WANDB_MODE", "offline")
+        # wandb's own terminal notes ("Symlinked 1 file into the W&B run directory", a deprecated setting) go to
+        # its debug log, not the user's console; our failures are logged as warnings (publish_to_wandb).
+        # WANDB_SILENT=false in the environment shows them again.
+        os.environ.setdefault("WANDB_SILENT", "true")
         name, tags = wandb_name_and_tags(cfg)
         return WandbLogger(
             project=w.project, entity=w.entity, group=w.group or cfg.get("experiment_name") or cfg.run_name,
@@ -101,6 +105,8 @@ def publish_to_wandb(record: dict[str, Any], run_dir: Path, outputs_dir: Path) -
         run.config.update({"metric_flavours": record.get("metric_flavours") or {}}, allow_val_change=True)
         from attnlab.results.record import RECORD_FILENAME
 
+        if os.environ.get("WANDB_SILENT", "").lower() == "true":  # set where the logger is built, unless the user
+            wandb.termsetup(wandb.Settings(silent=True), None)  # chose; wandb set its console up before it
         for path in [run_dir / RECORD_FILENAME, *sorted(outputs_dir.glob("*"))]:
             if path.is_file():
                 wandb.save(str(path), base_path=str(run_dir), policy="now")

@@ -9,8 +9,8 @@ from attnlab.results.render.common import header_and_rows, md_code, md_escape, s
 
 def render_markdown(built: BuiltTable) -> str:
     header, body = header_and_rows(built)
-    title, caption = md_escape(built.spec.title), md_escape(built.caption)
-    lines = [f"# {title}", "", f"Table {md_code(built.spec.name)}. {caption}", ""]
+    lines = [f"# {md_escape(built.spec.title)}", "", f"Table {md_code(built.spec.name)}.", ""]
+    lines += [f"- **{md_escape(label)}**: {md_escape(text).rstrip('.')}." for label, text in built.caption_lines] + [""]
     lines.append("| " + " | ".join(md_escape(h) for h in header) + " |")
     lines.append("|" + "|".join(["---"] + ["---:"] * (len(header) - 1)) + "|")
     for cells in body:

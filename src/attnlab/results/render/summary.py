@@ -15,7 +15,9 @@ def render_summary(records: list[Loaded], corrupt: Sequence[Corrupt] = ()) -> st
     Debug runs (``extra.debug`` set) are listed, marked "not a result": their metrics come from a few batches.
     """
     finals = [r.data["metrics"]["final"] for r in records]
-    names = sorted({k for f in finals for k in f if k.startswith("test/")}) or sorted(
+    # every test split (test/..., test_train_len/..., ...): a length-generalisation test alone hides how the
+    # model does in distribution
+    names = sorted({k for f in finals for k in f if _is_test_metric(k)}) or sorted(
         {k for f in finals for k in f if k.startswith("val/")}
     )
     header = ["run", "status", "experiment", "task", "attention", "recurrence", "seed", "scale", *names,
@@ -39,8 +41,15 @@ def render_summary(records: list[Loaded], corrupt: Sequence[Corrupt] = ()) -> st
         ]  # fmt: skip
         cells = ["" if c is None else str(c) for c in cells]
         lines.append("| " + " | ".join(md_escape(c) for c in cells) + " |")
+    splits = sorted({str(s) for r in records if (s := get_field(r.data, "metric_flavours.splits"))})
+    lines.extend(f"\ntest splits: {text}" for text in splits)
     for c in corrupt:
         lines.append(f"\ncorrupt: {md_escape(c.message)}")
     if not records and not corrupt:
         return "no run records found\n"
     return "\n".join(lines) + "\n"
+
+
+def _is_test_metric(name: str) -> bool:
+    split = name.split("/", 1)[0]
+    return "/" in name and (split == "test" or split.startswith("test_"))
