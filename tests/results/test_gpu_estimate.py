@@ -77,15 +77,31 @@ def _cfg(sentences=128, tokens=None, steps=1000):
 
 def test_a_token_budget_bounds_the_examples_and_small_updates_hit_the_step_floor():
     sampled = ("seq2seq", 8000, 20.0, 22.0, 21.0, 0.0)
-    by_sentences = estimate_row("x", _cfg(sentences=128), sampled, mfu=0.3, step_floor_s=0.03)
-    by_tokens = estimate_row("x", _cfg(sentences=1024, tokens=2100), sampled, mfu=0.3, step_floor_s=0.03)
+    by_sentences = estimate_row("x", _cfg(sentences=128), sampled)
+    by_tokens = estimate_row("x", _cfg(sentences=1024, tokens=2100), sampled)
     assert by_sentences.examples_per_update == 128
     assert by_tokens.examples_per_update == pytest.approx(100)  # 2100 padded source tokens / 21 per example
-    assert by_sentences.bound == "step floor" and by_sentences.run_s == pytest.approx(1000 * 0.03)
-    big = estimate_row("x", _cfg(sentences=128), ("seq2seq", 8000, 2000.0, 2000.0, 2000.0, 0.0), mfu=0.3,
-                       step_floor_s=0.03)
+    # the measured floors (44 ms mean step, 109 ms wall per update on the H200) plus 54% for evaluation
+    assert by_sentences.bound == "step floor"
+    assert by_sentences.run_s == pytest.approx((1000 * 0.044 * 1.54, 1000 * 0.109 * 1.54), abs=0.05)  # 0.1 s
+    big = estimate_row("x", _cfg(sentences=128), ("seq2seq", 8000, 2000.0, 2000.0, 2000.0, 0.0))
     assert big.bound == "flops"
-    assert big.run_s == pytest.approx(1000 * big.flops_per_update / (989.5e12 * 0.3), rel=1e-3)
+    compute = big.flops_per_update / 989.5e12
+    assert big.run_s == pytest.approx((1000 * compute / 0.3 * 1.54, 1000 * compute / 0.15 * 1.54), rel=1e-3)
+
+
+def test_recurrent_rows_scale_the_floor_and_sparse_rows_cost_the_measured_path():
+    sampled = ("seq2seq", 8000, 20.0, 22.0, 21.0, 0.0)
+    ut = _cfg(sentences=128)
+    ut["model"]["recurrence"] = {"name": "ut", "num_steps": 8}  # 8 applications per stack where 6 layers were
+    row = estimate_row("x", ut, sampled)
+    assert row.floor_scale == pytest.approx(16 / 12, abs=1e-3)
+    assert row.run_s == pytest.approx((1000 * 0.044 * 16 / 12 * 1.54, 1000 * 0.109 * 16 / 12 * 1.54), rel=1e-3)
+    big = ("mlm", 8000, 4096.0, 0.0, 4096.0, 600.0)
+    dense, sparse = _cfg(sentences=64), _cfg(sentences=64)
+    sparse["model"]["attention"] = {"name": "bigbird"}
+    ratio = estimate_row("x", sparse, big).run_s[1] / estimate_row("x", dense, big).run_s[1]
+    assert ratio == pytest.approx(462 / 41.6, rel=1e-3)  # full 462k vs blocked sparse 41.6k tokens/s, H200
 
 
 def test_reproduce_list_gpu_sums_the_estimates_over_rows_and_seeds(tmp_path, capsys):
@@ -119,6 +135,7 @@ def test_committed_estimates_cover_every_gpu_preset_and_state_their_assumptions(
     path = Path(__file__).resolve().parents[2] / "results" / "gpu" / "estimates.json"
     data = json.loads(path.read_text())
     assert "NOT measured" in data["what"]
-    assert {"peak_flops", "mfu", "step_floor_s"} <= set(data["assumptions"])
+    assert {"peak_flops", "mfu", "step_floor_s", "eval_share", "sparse_slowdown"} <= set(data["assumptions"])
+    assert all(low < high for low, high in (row["run_s"] for row in data["rows"].values()))  # ranges, not points
     assert sorted(set(gpu_presets()) - set(data["rows"])) == [], "run `make gpu-estimates` and commit the file"
 

@@ -3,7 +3,7 @@ its training data sampled, and its GPU time estimated by ``results.gpu_estimate`
 assumptions are), written to ``results/gpu/estimates.json`` for ``make reproduce-list SCALE=gpu``.
 
     python -m attnlab.cli.gpu_estimate [--out results/gpu/estimates.json] [--data-root ../shared/data]
-        [--only ut/table4] [--mfu 0.3] [--step-floor-s 0.03]
+        [--only ut/table4] [--mfu 0.3 0.15] [--step-floor-s 0.044 0.109] [--eval-share 0.54]
 """
 
 from __future__ import annotations
@@ -20,9 +20,11 @@ from omegaconf import OmegaConf
 
 from attnlab.cli.common import compose
 from attnlab.results.gpu_estimate import (
+    DEFAULT_EVAL_SHARE,
     DEFAULT_MFU,
     DEFAULT_STEP_FLOOR_S,
     PEAK_BF16,
+    SPARSE_SLOWDOWN,
     SampledLengths,
     estimate_row,
     gpu_protocol_experiments,
@@ -76,8 +78,9 @@ def gpu_configs(experiments: list[str], data_root: str | None) -> dict[str, dict
     return out
 
 
-def estimate_all(experiments: list[str], data_root: str | None, *, mfu: float = DEFAULT_MFU,
-                 step_floor_s: float = DEFAULT_STEP_FLOOR_S) -> dict[str, Any]:
+def estimate_all(experiments: list[str], data_root: str | None, *, mfu: tuple[float, float] = DEFAULT_MFU,
+                 step_floor_s: tuple[float, float] = DEFAULT_STEP_FLOOR_S,
+                 eval_share: float = DEFAULT_EVAL_SHARE) -> dict[str, Any]:
     configs = gpu_configs(experiments, data_root)
     sampled: dict[str, SampledLengths] = {}
     rows = {}
@@ -86,14 +89,23 @@ def estimate_all(experiments: list[str], data_root: str | None, *, mfu: float = 
         if key not in sampled:
             print(f"gpu-estimate: sampling {cfg['task']['name']} for {experiment}", file=sys.stderr, flush=True)
             sampled[key] = sample_lengths(cfg["task"])
-        rows[experiment] = asdict(estimate_row(experiment, cfg, sampled[key], mfu=mfu, step_floor_s=step_floor_s))
+        rows[experiment] = asdict(estimate_row(experiment, cfg, sampled[key], mfu=mfu, step_floor_s=step_floor_s,
+                                               eval_share=eval_share))
     return {
-        "what": "estimated training time of one run of each preset at scale=gpu on one GPU; NOT measured on a GPU",
+        "what": "estimated time of one run of each preset at scale=gpu on one GPU, a range (low, high) with "
+                "validation and test decoding; NOT measured on a GPU (its per-update floors and the sparse path's "
+                "speed are measured on one H200)",
         "generated_by": "python -m attnlab.cli.gpu_estimate (make gpu-estimates)",
         "assumptions": {
-            "peak_flops": PEAK_BF16, "peak_of": "H100 SXM / H200, dense bf16, datasheet", "mfu": mfu,
-            "step_floor_s": step_floor_s,
-            "counted": "training updates only (no validation, no test decoding); attention as dense; no padding",
+            "peak_flops": PEAK_BF16, "peak_of": "H100 SXM / H200, dense bf16, datasheet", "mfu": list(mfu),
+            "step_floor_s": list(step_floor_s),
+            "step_floor_of": "H200, laptop Synthesizer Table 2 En-De, 800 updates: mean optimizer step (low) and "
+                             "training wall per update, 87 s / 800 (high); x layer applications / layers",
+            "eval_share": eval_share, "eval_share_of": "validation and test decoding over training wall, same run",
+            "sparse_slowdown": round(SPARSE_SLOWDOWN, 2),
+            "sparse_slowdown_of": "BigBird at 4096 tokens, H200: full attention 462k tokens/s over the blocked "
+                                  "sparse kernel's 41.6k; applied to BigBird rows' compute time",
+            "counted": "training updates, validation and test decoding; no padding",
         },
         "rows": rows,
     }
@@ -105,8 +117,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--conf", type=Path, default=Path("src/attnlab/conf/experiment"))
     parser.add_argument("--data-root", default=os.environ.get("ATTNLAB_DATA_ROOT"))
     parser.add_argument("--only", action="append", default=[], help="preset folder <paper>/<table> (repeatable)")
-    parser.add_argument("--mfu", type=float, default=DEFAULT_MFU)
-    parser.add_argument("--step-floor-s", type=float, default=DEFAULT_STEP_FLOOR_S)
+    parser.add_argument("--mfu", type=float, nargs=2, default=DEFAULT_MFU, metavar=("LOW_END", "HIGH_END"))
+    parser.add_argument("--step-floor-s", type=float, nargs=2, default=DEFAULT_STEP_FLOOR_S,
+                        metavar=("LOW_END", "HIGH_END"))
+    parser.add_argument("--eval-share", type=float, default=DEFAULT_EVAL_SHARE)
     args = parser.parse_args(argv)
     experiments = gpu_protocol_experiments(args.conf)
     if args.only:
@@ -115,7 +129,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"gpu-estimate: error: no preset with a gpu protocol under {', '.join(args.only)}", file=sys.stderr)
             return 2
     try:
-        result = estimate_all(experiments, args.data_root, mfu=args.mfu, step_floor_s=args.step_floor_s)
+        result = estimate_all(experiments, args.data_root, mfu=tuple(args.mfu), step_floor_s=tuple(args.step_floor_s),
+                              eval_share=args.eval_share)
     except DataError as exc:
         print(f"gpu-estimate: error: {exc}", file=sys.stderr)
         return 2

@@ -15,9 +15,15 @@ Nothing here ran on a GPU: the estimate is FLOPs over an assumed throughput, sta
   not change how long its examples are) and 256 training examples spread over the split are collated; their
   non-padding source and target tokens give the mean lengths, and the batch settings (sentences, or a padded-token
   budget over the source lengths) give the examples per update. Padding is not counted.
-- **Time** per update is the larger of the FLOPs over ``peak x mfu`` and a per-update floor (the host-bound step of a
-  small model), times the updates; evaluation (validation, beam search on the test set) is not included.
-
+- **Time** is a range, not a point. Per update, the larger of the FLOPs over ``peak x mfu`` and a per-update floor
+  (the host-bound step of a small model), at both ends: the low end at MFU 0.3 with the floor at the measured mean
+  optimizer step (44 ms), the high end at MFU 0.15 with the floor at the measured training wall time per update
+  (109 ms: data, logging and the step); both from the one GPU run we have, the laptop Synthesizer Table 2 En-De preset
+  on an H200 (``../shared/gpu/README.md``: 800 updates in 87 s, steps of 31-90 ms). Validation and test decoding
+  add 54% of the training wall time in that run; both ends count them. A recurrent row (UT, ACT) scales the floor
+  by its layer applications over its layers (the host-bound part launches kernels per application). A BigBird row
+  is costed at the measured sparse path: its compute time x 11.1, full attention's 462k tokens/s over the blocked
+  kernel's 41.6k at 4096 tokens on the same H200 (the compiled flex path did not run there).
 The arithmetic is here (no torch, no data); ``cli/gpu_estimate.py`` composes the presets, samples their data and
 writes the file (``make gpu-estimates``).
 """
@@ -29,10 +35,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
-# The assumptions of every estimate, written beside them.
+# The assumptions of every estimate, written beside them; (low, high) ends of the range.
 PEAK_BF16 = 989.5e12  # H100 SXM / H200 dense bf16 datasheet FLOP/s (training.perf.PEAK_FLOPS)
-DEFAULT_MFU = 0.3  # a dense Transformer in bf16 that keeps the GPU fed; not measured by our runs
-DEFAULT_STEP_FLOOR_S = 0.03  # the host-bound update of a small model (issue 36: 31-90 ms measured on an H200)
+DEFAULT_MFU = (0.3, 0.15)  # a dense Transformer in bf16 that keeps the GPU fed, and half of it; not measured here
+# The one GPU run (H200, laptop Synthesizer Table 2 En-De, 800 updates; ../shared/gpu/README.md and issue 53): the
+# mean optimizer step, and the training wall time per update (87 s / 800), as the per-update floor of each end.
+DEFAULT_STEP_FLOOR_S = (0.044, 0.109)
+DEFAULT_EVAL_SHARE = 0.54  # validation and test decoding, as a share of that run's training wall time
+SPARSE_SLOWDOWN = 462 / 41.6  # BigBird at 4096 tokens, H200: full attention 462k tokens/s, blocked sparse 41.6k
 
 log = logging.getLogger("attnlab")
 
@@ -58,9 +68,11 @@ class RowEstimate:
     tokens_per_update: float
     matmul_params: int  # per token, over every layer application and the output projection
     flops_per_update: float
-    step_s: float
-    bound: str  # "flops" or "step floor"
-    run_s: float
+    step_s: tuple[float, float]  # (low, high) seconds per update
+    bound: str  # what sets the step at both ends: "flops", "step floor", or "flops at the low end only" etc.
+    run_s: tuple[float, float]  # (low, high) seconds of one run, evaluation included
+    sparse: bool = False  # costed at the measured sparse (BigBird) path
+    floor_scale: float = 1.0  # layer applications over layers (a recurrent row's floor grows with its steps)
 
 
 def _applications(model: dict[str, Any], layers: int) -> int:
@@ -103,9 +115,16 @@ def flops_per_example(model: dict[str, Any], kind: str, vocab: int, source: floa
     return flops, params
 
 
+def _floor_scale(model: dict[str, Any], kind: str) -> float:
+    """Layer applications over layers, over the stacks the model runs (1 for a stacked model)."""
+    stacks = {"seq2seq": ("encoder_layers", "decoder_layers"), "lm": ("decoder_layers",)}.get(kind, ("encoder_layers",))
+    layers = sum(int(model[k]) for k in stacks)
+    return sum(_applications(model, int(model[k])) for k in stacks) / max(layers, 1)
+
+
 def estimate_row(experiment: str, cfg: dict[str, Any], sampled: SampledLengths | tuple, *,
-                 mfu: float = DEFAULT_MFU, step_floor_s: float = DEFAULT_STEP_FLOOR_S,
-                 peak: float = PEAK_BF16) -> RowEstimate:
+                 mfu: tuple[float, float] = DEFAULT_MFU, step_floor_s: tuple[float, float] = DEFAULT_STEP_FLOOR_S,
+                 eval_share: float = DEFAULT_EVAL_SHARE, peak: float = PEAK_BF16) -> RowEstimate:
     kind, vocab, source, target, mean_length, predicted = sampled
     batch = cfg["batch"]
     examples = float(batch["sentences_per_update"])
@@ -113,14 +132,22 @@ def estimate_row(experiment: str, cfg: dict[str, Any], sampled: SampledLengths |
         examples = min(examples, float(batch["tokens_per_update"]) / max(mean_length, 1.0))
     per_example, params = flops_per_example(cfg["model"], kind, vocab, source, target, predicted)
     flops = per_example * examples
-    compute_s = flops / (peak * mfu)
-    step_s = max(compute_s, step_floor_s)
+    sparse = (cfg["model"].get("attention") or {}).get("name") == "bigbird"
+    scale = _floor_scale(cfg["model"], kind)
     steps = int(cfg["trainer"]["max_steps"])
+    step_s, by_flops = [], []
+    for end_mfu, floor in zip(mfu, step_floor_s):
+        compute_s = flops / (peak * end_mfu) * (SPARSE_SLOWDOWN if sparse else 1.0)
+        step_s.append(max(compute_s, floor * scale))
+        by_flops.append(compute_s >= floor * scale)
+    bound = ("flops" if all(by_flops) else "step floor" if not any(by_flops)
+             else "step floor at the low end, flops at the high end" if by_flops[1] else "flops at the low end only")
     return RowEstimate(experiment=experiment, steps=steps, examples_per_update=round(examples, 2),
                        source_tokens=round(source, 2), target_tokens=round(target, 2),
                        tokens_per_update=round(examples * (source + target), 1), matmul_params=int(params),
-                       flops_per_update=float(f"{flops:.4g}"), step_s=float(f"{step_s:.4g}"),
-                       bound="flops" if compute_s >= step_floor_s else "step floor", run_s=round(steps * step_s, 1))
+                       flops_per_update=float(f"{flops:.4g}"), step_s=tuple(float(f"{s:.4g}") for s in step_s),
+                       bound=bound, run_s=tuple(round(steps * s * (1 + eval_share), 1) for s in step_s),
+                       sparse=sparse, floor_scale=round(scale, 3))
 
 
 def gpu_protocol_experiments(conf_dir: Path) -> list[str]:

@@ -196,7 +196,7 @@ def estimate_gpu(target: Target, seeds: list[int], estimates: dict[str, Any]) ->
     else each preset's FLOP estimate (``estimates``: the ``rows`` of results/gpu/estimates.json)."""
     if not target.specs:
         return "not estimated (no table spec)"
-    parts, total, missing, none = [], 0.0, [], []
+    parts, total, missing, none = [], [0.0, 0.0], [], []
     if all(spec.kind == "probe" for spec in target.specs):
         return "none: a mechanism probe is a laptop protocol (experiments/probes/README.md)"
     for spec in target.specs:
@@ -209,34 +209,29 @@ def estimate_gpu(target: Target, seeds: list[int], estimates: dict[str, Any]) ->
             rows = sorted(target.rows)
         runs = len(rows) * len(seeds)
         if gpu.per_run_s is not None:
-            seconds = gpu.per_run_s * runs
+            seconds = (gpu.per_run_s * runs,) * 2
             parts.append(f"{spec.name}: {runs} runs x {gpu.per_run_s / 60:.0f} min measured on {gpu.device}")
         else:
             absent = [r for r in rows if r not in estimates]
             if absent:
                 missing.append(f"{spec.name} ({len(absent)} of {len(rows)} presets; make gpu-estimates)")
                 continue
-            seconds = sum(float(estimates[r]["run_s"]) for r in rows) * len(seeds)
+            seconds = tuple(sum(_run_range(estimates[r])[end] for r in rows) * len(seeds) for end in (0, 1))
             floor = sum(estimates[r]["bound"] == "step floor" for r in rows)
             bound = "" if not floor else (", step-floor bound" if floor == len(rows)
                                           else f", step-floor bound for {floor} of {len(rows)} presets")
-            parts.append(f"{spec.name}: {runs} runs x {seconds / runs / 60:.0f} min estimated from FLOPs{bound}")
-        total += seconds
-    text = f"~{total / 3600:.1f} GPU-h ({'; '.join(parts)})" if parts else ""
+            per_run = "-".join(dict.fromkeys(f"{s / runs / 60:.0f}" for s in seconds))
+            parts.append(f"{spec.name}: {runs} runs x {per_run} min estimated{bound}")
+        total = [total[0] + seconds[0], total[1] + seconds[1]]
+    hours = "-".join(dict.fromkeys(f"{t / 3600:.1f}" for t in total))
+    text = f"~{hours} GPU-h ({'; '.join(parts)})" if parts else ""
     return _with_notes(text, ("not estimated", missing), ("no one-GPU protocol (see the spec)", none))
 
 
-# Lines of the listing fit a terminal of this width: a target's rows and estimate wrap, indented below its name.
-WIDTH = 100
-
-
-def _block(name: str, fields: list[tuple[str, str]]) -> list[str]:
-    """``name:`` then one indented, wrapped line per field (``label: text``)."""
-    lines = [f"{name}:"]
-    for label, text in fields:
-        lines += textwrap.wrap(f"{label}: {text}", width=WIDTH, initial_indent="    ", subsequent_indent="      ",
-                               break_on_hyphens=False)
-    return lines
+def _run_range(row: dict[str, Any]) -> tuple[float, float]:
+    """(low, high) seconds of one run from an estimates.json row; an older file's single number is both ends."""
+    run_s = row["run_s"]
+    return (float(run_s[0]), float(run_s[1])) if isinstance(run_s, list) else (float(run_s), float(run_s))
 
 
 def render_listing(targets: list[Target], seeds: str, jobs: int = 1,

@@ -40,6 +40,9 @@ def _laptop(built: BuiltTable, results: Sequence[ClaimResult]) -> str:
     floored = [r for r in results if built.spec.metric(r.spec.metric).trivial is not None and r.status != NOT_RUN]
     if floored and all(r.at_trivial_baseline for r in floored):
         return f"runs at the trivial baseline ({cost})"
+    ran = [r for r in results if r.status != NOT_RUN]
+    if ran and all(r.p_value is None for r in ran):  # every claim stopped by a floor, a precondition or constants
+        return f"runs, but test none of its claims (floor or precondition missed; {cost})"
     return f"yes ({cost})"
 
 
@@ -128,7 +131,8 @@ def render_results_index(built_tables: Sequence[BuiltTable]) -> str:
         "completed seeds behind each mean (a range when rows differ). Run time: the summed wall time of those runs. "
         "Laptop protocol \"runs at the trivial baseline\": the protocol ran, but on every claimed column the better "
         "row does no better than an output that ignores the input (computed from the data, `make baselines`), so "
-        "it tests none of the table's claims.",
+        "it tests none of the table's claims; \"runs, but test none of its claims\": every claim that ran missed its "
+        "floor or its precondition (e.g. rows that use word order), so none was read with an interval.",
         "",
     ]
     return "\n".join(head + sections)
