@@ -23,7 +23,8 @@ from tests.results.conftest import SPEC
 EVIL_COMMAND = (
     "attnlab-train x=`</code><img src=x onerror=alert(1)>` y=1|2\r\\input{/etc/passwd}\n<script>alert(2)</script>"
 )
-EVIL_NAME = "demo\n<script>alert(3)</script>|x\r\\input{/etc/shadow}"
+# An experiment name with a control character is no valid record (refused by name, test_hostile_files.py).
+EVIL_NAME = "demo <script>alert(3)</script>|x `\\input{/etc/shadow}`"
 EVIL_ERROR = "=HYPERLINK(\"http://evil\",\"click\") <img src=x onerror=alert(4)>"
 EVIL_LABEL = "@SUM(A1)$\\notacommand{$\n<b>bold</b>"
 
