@@ -73,3 +73,15 @@ def test_runs_of_two_configurations_in_one_row_are_refused(sweep, put_record, ca
 def test_a_key_the_runs_do_not_have_is_one_line(sweep, capsys):
     with pytest.raises(TableError, match="by=optim.lr: .* has no value for optim.lr"):
         build_tables({"runs": str(sweep / "runs"), "by": "optim.lr"})
+
+
+def test_a_claim_typed_as_in_the_shell_reaches_the_table():
+    """`attnlab-table ... claim="qknorm > vanilla on test/seq_acc"`: the shell drops the quotes, Hydra's grammar
+    refuses the bare spaces and ">"; the command line quotes the value for it."""
+    from attnlab.cli.common import compose
+    from attnlab.cli.table import _quoted_claim
+
+    typed = "claim=qknorm's > vanilla on test/seq_acc"
+    assert compose("table", [_quoted_claim(typed), "by=model.attention"]).claim == typed.split("=", 1)[1]
+    assert _quoted_claim("claim='already quoted'") == "claim='already quoted'"
+    assert _quoted_claim("runs=a b") == "runs=a b"

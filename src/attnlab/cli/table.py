@@ -246,6 +246,15 @@ def _fail(message: str) -> None:
     raise SystemExit(EXIT_USER_ERROR)
 
 
+def _quoted_claim(arg: str) -> str:
+    """``claim=qknorm > vanilla on test/seq_acc`` (the shell's quotes already gone) as Hydra needs it: quoted, or
+    its grammar refuses the spaces and ``>``."""
+    key, sep, value = arg.partition("=")
+    if key.lstrip("+") != "claim" or not sep or value[:1] in ("'", '"'):
+        return arg
+    return f"{key}='" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
 def main(argv: list[str] | None = None) -> None:
     """Console script ``attnlab-table``."""
     from hydra.errors import HydraException
@@ -253,7 +262,7 @@ def main(argv: list[str] | None = None) -> None:
 
     from attnlab.cli.common import HYDRA_FLAGS, compose, one_line
 
-    argv = list(sys.argv[1:] if argv is None else argv)
+    argv = [_quoted_claim(a) for a in (sys.argv[1:] if argv is None else argv)]
     # Compose once up front so a misspelled key is one line and exit 2, as in attnlab-train.
     if not any(a in HYDRA_FLAGS or a.startswith(tuple(f + "=" for f in HYDRA_FLAGS)) for a in argv):
         try:

@@ -111,7 +111,11 @@ def render(curves: list[Curve], metric: str, title: str) -> tuple[bytes, str]:
             ax.fill_between(curve.steps, curve.low, curve.high, color=line.get_color(), alpha=0.2, linewidth=0)
     positive = all(v > 0 for c in curves for v in c.low)
     if log_axis(metric) and positive:
+        from matplotlib.ticker import ScalarFormatter
+
         ax.set_yscale("log")
+        for set_formatter in (ax.yaxis.set_major_formatter, ax.yaxis.set_minor_formatter):
+            set_formatter(ScalarFormatter())  # 2.5, not 2.5 x 10^0: a loss spans less than a decade here
     ax.set_xlabel("step (optimizer updates)")
     ax.set_ylabel(metric + (" (log scale)" if log_axis(metric) and positive else ""))
     ax.set_title(title, fontsize=10)
