@@ -234,6 +234,19 @@ def _run_range(row: dict[str, Any]) -> tuple[float, float]:
     return (float(run_s[0]), float(run_s[1])) if isinstance(run_s, list) else (float(run_s), float(run_s))
 
 
+# Lines of the listing fit a terminal of this width: a target's rows and estimate wrap, indented below its name.
+WIDTH = 100
+
+
+def _block(name: str, fields: list[tuple[str, str]]) -> list[str]:
+    """``name:`` then one indented, wrapped line per field (``label: text``)."""
+    lines = [f"{name}:"]
+    for label, text in fields:
+        lines += textwrap.wrap(f"{label}: {text}", width=WIDTH, initial_indent="    ", subsequent_indent="      ",
+                               break_on_hyphens=False)
+    return lines
+
+
 def render_listing(targets: list[Target], seeds: str, jobs: int = 1,
                    published: dict[str, Published] | None = None, gpu_estimates: dict[str, Any] | None = None) -> str:
     """One block per target (its name, then its estimate, rows, seeds and tables on indented lines that fit a
