@@ -42,7 +42,29 @@ log = logging.getLogger("attnlab")
 
 
 @hydra.main(config_path="pkg://attnlab.conf", config_name="train", version_base="1.3")
-def hydra_main(cfg: DictConfig) -> None:
+def hydra_main(cfg: DictConfig) -> float | None:
+    """One run; returns its ``optimized_metric`` (for a sweeper such as Optuna's), or None where none is asked."""
+    record = train_job(cfg)
+    return optimized_value(record, cfg.get("optimized_metric")) if record is not None else None
+
+
+def optimized_value(record: dict, metric: str | None) -> float | None:
+    """The record's ``metric``: its final value, else its best (a metric only tracked as best); None when no metric
+    is asked. A metric the run did not log stops the sweep with the metrics it has (one line)."""
+    if not metric:
+        return None
+    metrics = record.get("metrics") or {}
+    for part in ("final", "best"):
+        value = (metrics.get(part) or {}).get(metric)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+    have = sorted({*(metrics.get("final") or {}), *(metrics.get("best") or {})})
+    raise SystemExit(f"attnlab-train: error: optimized_metric={metric} is not a metric of the run; it has "
+                     f"{', '.join(have) or 'none'}")
+
+
+def train_job(cfg: DictConfig) -> dict | None:
+    """The job of one run: its record, or None where the job failed inside a sweep (reported at the end)."""
     from hydra.core.hydra_config import HydraConfig
 
     from attnlab.training.checkpointing import Preempted
@@ -117,6 +139,7 @@ def hydra_main(cfg: DictConfig) -> None:
     log.info("run record: %s/%s", record["run_dir"], RECORD_FILENAME)
     for key, value in shown.items():
         log.info("  %-28s %s", key, "n/a" if value is None else f"{value:.4f}")
+    return record
 
 
 def sweep_resume_hint(hc: object, multirun: bool) -> str:

@@ -637,6 +637,7 @@ DEFAULT_HASH_EXCLUDE: tuple[str, ...] = (
     "resume",  # whether to pick up a checkpoint: a resumed run is the same run
     "record_attention*",  # what the run also writes (attention-weight captures), not what it trains
     "plugins",  # modules imported for their registrations; what they register is in the config itself
+    "optimized_metric",  # what a sweeper reads from the run, not what the run computes
     # The per-scale blocks (training/scale.py): the block of the scale that runs is already applied to the keys
     # it names, and the blocks of the other scales never run; a preset growing an ``at_scale.gpu`` block must
     # not make its laptop records a different configuration.

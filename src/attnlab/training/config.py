@@ -235,7 +235,7 @@ def _builtin(node: DictConfig) -> DictConfig:
 # -- the root config's own keys ------------------------------------------------------------------------
 SECTIONS = ("model", "task", "hardware", "optim", "trainer", "batch", "logger", "callbacks", "scale")
 ROOT_KEYS = ("seed", "resume", "ckpt_path", "init_from", "nan_policy", "max_skipped_batches", "run_name",
-             "test_weights")
+             "test_weights", "optimized_metric")
 RESUME_MODES = ("auto", "never")
 NAN_POLICIES = ("stop", "skip")
 SEED_MAX = 2**32 - 1  # numpy's (and so Lightning's seed_everything's) seed range is [0, 2**32 - 1]
