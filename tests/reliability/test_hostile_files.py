@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import errno
 import json
+import logging
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -24,6 +26,22 @@ from tests.reliability.helpers import one_clear_line, run_cli
 from tests.results.conftest import make_record
 
 REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(autouse=True)
+def _root_logging_as_found():
+    """attnlab-eval's main calls ``logging.basicConfig`` on the captured stdout of the test that runs it; a handler
+    left on a stream pytest has since closed prints "Logging error" into a later test's stderr, which the
+    one-line checks here read. Drop such handlers before each test and the ones a test added after it."""
+    root = logging.getLogger()
+    for handler in list(root.handlers):
+        if getattr(getattr(handler, "stream", None), "closed", False):
+            root.removeHandler(handler)
+    before = list(root.handlers)
+    yield
+    for handler in list(root.handlers):
+        if handler not in before:
+            root.removeHandler(handler)
 TOO_MANY_DIGITS = '{"schema_version": 1, "seed": ' + "9" * 5000 + "}"
 
 
@@ -110,8 +128,17 @@ def test_a_data_file_that_is_not_a_regular_file_says_so(tmp_path, kind):
             read_lines(path)
 
 
-def test_eval_on_a_full_disk_is_one_line_and_writes_nothing(trained_run, monkeypatch, capsys):
+def _own_copy(trained_run: Path, tmp_path: Path) -> Path:
+    """The session's trained run copied: other tests evaluate it too, and write their eval.json there."""
+    run = tmp_path / "run"
+    shutil.copytree(trained_run, run, ignore=shutil.ignore_patterns("*eval*"))
+    return run
+
+
+def test_eval_on_a_full_disk_is_one_line_and_writes_nothing(trained_run, tmp_path, monkeypatch, capsys):
     import attnlab.results.record as record
+
+    trained_run = _own_copy(trained_run, tmp_path)
 
     def full(path, text):
         raise OSError(errno.ENOSPC, "No space left on device", str(path))
@@ -141,6 +168,7 @@ main(sys.argv[1:])
 
 
 def test_sigterm_while_evaluating_exits_143_without_eval_json(trained_run, tmp_path):
+    trained_run = _own_copy(trained_run, tmp_path)
     done = subprocess.run([sys.executable, "-c", STOP_DURING_TEST, str(trained_run), "which=best"],
                           capture_output=True, text=True, timeout=300, cwd=tmp_path,
                           env={**os.environ, "PYTHONPATH": str(REPO / "src")})
