@@ -409,11 +409,14 @@ class BigBirdAttention(Attention):
                     self.kernels_used.add("dense")
             return self.out_proj(self.merge_heads(out[:, :, 0]))
         need_grad = torch.is_grad_enabled() and (x.requires_grad or any(p.requires_grad for p in self.parameters()))
-        kernel = self.kernel_for(x.device, need_grad, dtype=q.dtype, length=length,
-                                 padded=key_padding_mask is not None)
         # Recording weights needs the plain-tensor reference; so does counting FLOPs, except through the Triton
-        # kernel, whose custom op carries its own FLOP formula.
-        if self.capturing_weights or (self.counting_flops and kernel != "triton"):
+        # kernel, whose custom op carries its own FLOP formula (only impl auto or triton can pick it).
+        may_count_through_triton = self.counting_flops and self.options.impl in ("auto", "triton")
+        kernel = "reference"
+        if not self.capturing_weights and (not self.counting_flops or may_count_through_triton):
+            kernel = self.kernel_for(x.device, need_grad, dtype=q.dtype, length=length,
+                                     padded=key_padding_mask is not None)
+        if self.counting_flops and kernel != "triton":
             kernel = "reference"
         if kernel == "flex":
             # Pad to a bucket of lengths so the compiled kernel sees few shapes; exact, since the plan of a
