@@ -46,6 +46,18 @@ def test_a_warmup_at_or_beyond_the_run_is_said_once_at_start(tmp_path, caplog):
     assert not [r for r in caplog.records if r.levelno == logging.WARNING]
 
 
+def test_building_a_table_in_process_leaves_attnlabs_loggers_on(tmp_path, capsys):
+    """Hydra's ``disabled`` logging config (once used by the table command) switched off every logger that
+    existed, so a table built in a notebook or a test worker silenced the warnings of every later run in that
+    process: the warmup warning above went missing whenever a table test ran first on the same worker."""
+    from attnlab.cli.table import main as table_main
+    from attnlab.training import describe
+
+    assert describe.log.name.startswith("attnlab")
+    table_main(["table=ut/table4_copy", f"runs={tmp_path / 'none'}", f"out={tmp_path / 'out'}", "plot=false"])
+    assert not logging.getLogger("attnlab").disabled and not describe.log.disabled
+
+
 def test_the_metric_line_reads_loss_validation_and_lr_first():
     line = _format({"perf/tokens_per_s": 230.7, "train/grad_norm": 1.3, "lr": 0.0004, "val/seq_acc": 0.5,
                     "train/loss": 2.7, "train/nll": 2.7, "val/loss": 2.5})
