@@ -68,7 +68,7 @@ endef
 	reproduce-bigbird-table1 reproduce-bigbird-table10
 
 reproduce-list: ## List every reproduce target: rows, seeds, table specs, estimated wall time (SCALE=gpu: GPU-hours)
-	@$(BIN)/python -m attnlab.results.listing --seeds $(SEEDS) --jobs $(JOBS) --conf $(EXPERIMENT_CONF) --experiments $(TABLE_SPECS) --published $(PUBLISHED) --scale $(if $(filter gpu,$(SCALE)),gpu,cpu)
+	@$(BIN)/python -m attnlab.cli.reproduce_list --seeds $(SEEDS) --jobs $(JOBS) --conf $(EXPERIMENT_CONF) --experiments $(TABLE_SPECS) --published $(PUBLISHED) --scale $(if $(filter gpu,$(SCALE)),gpu,cpu) --hardware $(HARDWARE) --args "$(ARGS)" --t5-pretrain-dir $(T5_PRETRAIN_DIR)
 
 gpu-estimates: $(STAMP) ## Estimate each scale=gpu preset's GPU time from FLOPs and its data (results/gpu/estimates.json)
 	$(BIN)/python -m attnlab.cli.gpu_estimate --out results/gpu/estimates.json --data-root $(ATTNLAB_DATA_ROOT)
@@ -101,7 +101,7 @@ reproduce-qknorm-table1: $(STAMP) ## QKNorm main table: baseline vs QKNorm on th
 reproduce-synthesizer-table2: $(STAMP) ## Synthesizer Table 2: WMT14 En-De/En-Fr BLEU per attention variant
 	$(call reproduce,synthesizer/table2)
 
-reproduce-synthesizer-fixed_table2: SEEDS = 21,22,23,24,25,26,27,28
+reproduce-synthesizer-fixed_table2: override SEEDS = 21,22,23,24,25,26,27,28
 reproduce-synthesizer-fixed_table2: $(STAMP) ## Synthesizer Table 2 LM: pre-registered D+V non-inferiority (8 seeds per row, one look)
 	$(call reproduce,synthesizer/fixed_table2)
 
@@ -137,7 +137,7 @@ reproduce-ut-table5: $(STAMP) ## UT Table 5: Learning to Execute memorization (c
 
 # Pre-registered fixed-n protocols (issue 53): the seeds are part of the spec (its `preregistered.seeds`), so the
 # target fixes them; the table is read once, at that n.
-reproduce-ut-fixed_table5: SEEDS = 21,22,23,24,25,26,27,28
+reproduce-ut-fixed_table5: override SEEDS = 21,22,23,24,25,26,27,28
 reproduce-ut-fixed_table5: $(STAMP) ## UT Table 5 reverse, pre-registered fixed-n replication (8 seeds per row, one look)
 	$(call reproduce,ut/fixed_table5)
 

@@ -291,8 +291,9 @@ def test_make_reproduce_table_n_names_the_matching_targets():
     assert out.returncode == 2 and "No rule" not in out.stderr
     for target in ("reproduce-ut-table4", "reproduce-synthesizer-table4", "reproduce-synthesizer-table4-t5"):
         assert f"make {target}\n" in out.stderr
-    listing = subprocess.run(["make", "-s", "reproduce-list", "SEEDS=1,2", "STAMP="], cwd=REPO, capture_output=True,
-                             text=True, timeout=60)  # fmt: skip
+    # no published records (PUBLISHED=none): the hash test composes nothing; it has its own test below
+    listing = subprocess.run(["make", "-s", "reproduce-list", "SEEDS=1,2", "STAMP=", "PUBLISHED=none"], cwd=REPO,
+                             capture_output=True, text=True, timeout=60)  # fmt: skip
     assert listing.returncode == 0, listing.stderr
     from tests.experiments.test_presets import listing_blocks
 
@@ -316,3 +317,26 @@ def test_a_note_that_yaml_reads_as_a_mapping_is_refused():
 
     with pytest.raises(SpecError, match="quote a note that holds ': '"):
         spec_from_dict({**SPEC, "notes": [{"in-distribution": "a row that never learned"}]}, "toy/t1")
+
+
+def test_reproduce_list_counts_a_published_record_only_where_the_target_would_skip_it(tmp_path, capsys):
+    """Issue 52.1: the listing said "0 runs to train" for records of an older config that the target then
+    trained again; it applies the target's own hash test and says which keys differ."""
+    from attnlab.cli.reproduce_list import main as reproduce_list
+
+    record = next((REPO / "results/runs/ut/fixed_table5/ut_reverse").glob("s21-*"))
+    published = tmp_path / "published" / "ut/fixed_table5/ut_reverse" / record.name
+    shutil.copytree(record, published)
+    argv = ["--seeds", "1", "--conf", str(REPO / "src/attnlab/conf/experiment"),
+            "--experiments", str(REPO / "experiments"), "--published", str(tmp_path / "published")]
+    assert reproduce_list(argv) == 0
+    block = capsys.readouterr().out.split("reproduce-ut-fixed_table5:")[1].split("\n", 3)[:3]
+    assert "15 of 16 runs to train" in " ".join(block) and "older config" not in " ".join(block)
+    data = json.loads((published / "results.json").read_text())
+    (published / "results.json").write_text(json.dumps({**data, "config_hash": "0" * 64}))
+    saved = published / ".hydra" / "config.yaml"
+    assert "\n  max_steps: 500\n" in saved.read_text()
+    saved.write_text(saved.read_text().replace("\n  max_steps: 500\n", "\n  max_steps: 7\n"))
+    assert reproduce_list(argv) == 0
+    text = " ".join(capsys.readouterr().out.split("reproduce-ut-fixed_table5:")[1].split("seeds:")[0].split())
+    assert "16 runs" in text and "1 published record is of an older config" in text and "trainer.max_steps" in text

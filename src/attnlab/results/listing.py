@@ -31,7 +31,7 @@ import sys
 import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from attnlab.results.errors import SpecError
 from attnlab.results.spec import TableSpec, list_specs, load_spec
@@ -55,6 +55,20 @@ class Published:
     alone_s: list[float] = field(default_factory=list)
     from_cpu_time: int = 0  # how many of alone_s are CPU times
     by_row: dict[str, list[float]] = field(default_factory=dict)  # row label -> its runs' entries of alone_s
+    # (row label, seed) -> why its published record does not stand for the run the target would train
+    stale: dict[tuple[str, int], str] = field(default_factory=dict)
+
+
+class HashTest(Protocol):
+    """The test ``make reproduce-*`` itself applies before training a row (``results/lookup.py``): a published
+    record stands for a run only if it has the config hash that the target's command composes today. Composing
+    needs Hydra and the training floor, so the command (``attnlab.cli.reproduce_list``) supplies it."""
+
+    def target_hash(self, experiment: str, seed: int) -> str:
+        """The config hash ``attnlab-train experiment=<experiment> seed=<seed> ...`` composes at HEAD."""
+
+    def why_differs(self, record: Path, experiment: str, seed: int) -> str:
+        """In a few words, what differs between the record's saved config and today's."""
 
 
 @dataclass
@@ -64,9 +78,11 @@ class Target:
     specs: list[TableSpec]
 
 
-def published_runs(specs: list[TableSpec], published_dir: Path, experiments_dir: Path) -> dict[str, Published]:
+def published_runs(specs: list[TableSpec], published_dir: Path, experiments_dir: Path,
+                   hash_test: HashTest | None = None) -> dict[str, Published]:
     """Per spec name, the completed runs among the records under ``published_dir`` (grouped as the table
-    builder groups them)."""
+    builder groups them). With ``hash_test``, a record counts as done only if its config hash is the one the
+    target composes today (else the target would train the run again); the others are listed in ``stale``."""
     from attnlab.results.build import build_table
     from attnlab.results.loading import load_records
     from attnlab.results.paper import load_paper_tables
@@ -81,7 +97,12 @@ def published_runs(specs: list[TableSpec], published_dir: Path, experiments_dir:
         pub = Published()
         for row in built.rows:
             for rec in row.used:
-                pub.done.add((row.spec.label, int(rec.data.get("seed", -1))))
+                seed = int(rec.data.get("seed", -1))
+                experiment = str(rec.data.get("experiment", ""))
+                if hash_test is not None and rec.data.get("config_hash") != hash_test.target_hash(experiment, seed):
+                    pub.stale[(row.spec.label, seed)] = hash_test.why_differs(rec.path, experiment, seed)
+                    continue
+                pub.done.add((row.spec.label, seed))
                 cost = rec.data.get("cost") or {}
                 wall, cpu = cost.get("wall_s"), cost.get("cpu_s")
                 if cpu and cost.get("torch_threads") == 1:
@@ -101,14 +122,21 @@ def table_targets(conf_dir: Path, experiments_dir: Path) -> list[Target]:
     """Every reproduce target: one per preset folder ``<paper>/<table>``, then the T5 ones."""
     specs = list_specs(experiments_dir)
     # A table has a target once it has presets or a spec (a spec ahead of its presets lists "rows none yet").
-    folders = {f"{p.parent.name}/{p.name}" for p in conf_dir.glob("*/*") if p.is_dir()}
-    folders |= {name.split("_", 1)[0] for name in specs if not name.startswith("synthesizer/t5_")}
+    preset_folders = {f"{p.parent.name}/{p.name}" for p in conf_dir.glob("*/*") if p.is_dir()}
+    # a spec <folder>[_<task>] belongs to the longest preset folder it names (ut/fixed_table5_reverse is
+    # ut/fixed_table5's, not a folder "ut/fixed"); a spec ahead of its presets gives the part before its "_"
+    folders = set(preset_folders)
+    for name in specs:
+        if name.startswith("synthesizer/t5_"):
+            continue
+        owners = [f for f in preset_folders if name == f or name.startswith(f + "_")]
+        folders.add(max(owners, key=len) if owners else name.split("_", 1)[0])
     targets = []
     for table_dir in sorted(folders):
         if table_dir in PIPELINE_DIRS or table_dir.startswith("demo/"):
             continue
         rows = sorted(f"{table_dir}/{p.stem}" for p in (conf_dir / table_dir).glob("*.yaml"))
-        names = sorted(n for n in specs if n == table_dir or n.startswith(table_dir + "_"))
+        names = sorted(n for n in specs if _owner(n, folders) == table_dir)
         targets.append(
             Target(f"reproduce-{table_dir.replace('/', '-')}", rows, [load_spec(n, experiments_dir) for n in names])
         )
@@ -118,6 +146,19 @@ def table_targets(conf_dir: Path, experiments_dir: Path) -> list[Target]:
         found = [load_spec(spec_name, experiments_dir)] if spec_name in specs else []
         targets.append(Target(name, rows, found))
     return targets
+
+
+def _owner(spec_name: str, folders: set[str]) -> str | None:
+    """The longest folder that ``spec_name`` is ``<folder>`` or ``<folder>_<task>`` of."""
+    owners = [f for f in folders if spec_name == f or spec_name.startswith(f + "_")]
+    return max(owners, key=len) if owners else None
+
+
+def target_seeds(target: Target, asked: list[int]) -> list[int]:
+    """The seeds a target trains: a pre-registered protocol's own (its make target fixes them), else ``asked``."""
+    fixed = [spec.preregistered.seeds for spec in target.specs
+             if spec.preregistered is not None and spec.preregistered.seeds]
+    return sorted({int(s) for seeds in fixed for s in seeds}) if fixed else asked
 
 
 def fmt_duration(seconds: float) -> str:
@@ -169,12 +210,23 @@ def estimate(
             how = f"on average: measured for {len(own)} of {len(to_train)} rows{cpu_note}, {rest} for the rest"
         total += seconds
         runs_text = f"{todo} of {runs} runs to train" if done else f"{runs} runs"
-        parts.append(f"{spec.name}: {runs_text} x {per_run:.0f} s" + (f" {how}" if how else ""))
+        parts.append(f"{spec.name}: {runs_text} x {per_run:.0f} s" + (f" {how}" if how else "")
+                     + _stale_note(pub, spec, seed_list))
     if not target.specs:
         return "not measured (no table spec)"
     at_once = f" with {jobs} runs at once" if jobs > 1 else ""
     text = f"~{fmt_duration(total / max(jobs, 1))}{at_once} ({'; '.join(parts)})" if parts else ""
     return _with_notes(text, ("not measured", unmeasured), ("no laptop protocol (see the spec)", no_laptop))
+
+
+def _stale_note(pub: Published, spec: TableSpec, seeds: list[int]) -> str:
+    """Why runs with published records are due anyway: "(3 published records are of an older config: ...)"."""
+    stale = [pub.stale[(row.label, s)] for row in spec.rows for s in seeds if (row.label, s) in pub.stale]
+    if not stale:
+        return ""
+    reasons = "; ".join(dict.fromkeys(stale))
+    many = f"{len(stale)} published records are" if len(stale) > 1 else "1 published record is"
+    return f" ({many} of an older config, so trained again: {reasons})"
 
 
 def _with_notes(text: str, *notes: tuple[str, list[str]]) -> str:
@@ -256,17 +308,22 @@ def render_listing(targets: list[Target], seeds: str, jobs: int = 1,
     for t in targets:
         rows = ", ".join(r.split("/")[-1] for r in t.rows) or "none yet"
         tables = " ".join(s.name for s in t.specs) or "none yet"
+        own_seeds = target_seeds(t, seed_list)
         if gpu_estimates is not None:
-            time = ("scale=gpu, one GPU", estimate_gpu(t, seed_list, gpu_estimates))
+            time = ("scale=gpu, one GPU", estimate_gpu(t, own_seeds, gpu_estimates))
         else:
-            time = ("estimated time", estimate(t, seed_list, jobs, published))
+            time = ("estimated time", estimate(t, own_seeds, jobs, published))
         folder = "/".join(t.rows[0].split("/")[:-1]) if t.rows else ""
-        lines += _block(t.name, [time, (f"rows ({folder}/)" if folder else "rows", rows), ("seeds", seeds),
+        seeds_text = seeds if own_seeds == seed_list else \
+            f"{','.join(map(str, own_seeds))} (pre-registered; SEEDS does not apply)"
+        lines += _block(t.name, [time, (f"rows ({folder}/)" if folder else "rows", rows), ("seeds", seeds_text),
                                  ("tables", tables)])
     return "\n".join(lines) + "\n"
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, hash_test: HashTest | None = None) -> int:
+    """``hash_test`` (see :class:`HashTest`): count published records as done only where the target would skip
+    them; ``python -m attnlab.cli.reproduce_list`` (``make reproduce-list``) supplies it."""
     parser = argparse.ArgumentParser(prog="python -m attnlab.results.listing", description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", default="1,2,3")
     parser.add_argument("--conf", default="src/attnlab/conf/experiment", type=Path)
@@ -287,7 +344,7 @@ def main(argv: list[str] | None = None) -> int:
             sys.stdout.write(render_listing(targets, args.seeds, gpu_estimates=rows))
             return 0
         published = (
-            published_runs([s for t in targets for s in t.specs], args.published, args.experiments)
+            published_runs([s for t in targets for s in t.specs], args.published, args.experiments, hash_test)
             if args.published else None
         )
         sys.stdout.write(render_listing(targets, args.seeds, args.jobs, published))
