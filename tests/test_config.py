@@ -8,7 +8,8 @@ import pytest
 import yaml
 from omegaconf import OmegaConf
 
-from attnlab.training.config import ConfigError, validate
+from attnlab.errors import ConfigError
+from attnlab.training.config import validate
 from tests.conftest import CONF, REPO, compose, group_options
 
 GROUPS = ["model", "model/attention", "model/recurrence", "task", "hardware", "scale", "logger", "callbacks", "debug"]

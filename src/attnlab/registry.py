@@ -10,14 +10,16 @@ from __future__ import annotations
 
 from typing import Generic, TypeVar
 
+from attnlab.errors import ConfigError, UserError
+
 Entry = TypeVar("Entry")
 
 
 class Registry(Generic[Entry]):
     """Names -> entries of one ``kind`` (its name in messages: "attention variant"); ``error`` is the exception an
-    unknown name raises, the one the floor that owns the registry reports as a user error."""
+    unknown name raises, a ``UserError`` of the floor that owns the registry (a config's choice by default)."""
 
-    def __init__(self, kind: str, error: type[Exception] = ValueError) -> None:
+    def __init__(self, kind: str, error: type[UserError] = ConfigError) -> None:
         self.kind = kind
         self.error = error
         self._entries: dict[str, Entry] = {}

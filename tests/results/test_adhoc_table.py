@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from attnlab.cli.table import build_tables
-from attnlab.results.errors import TableError
+from attnlab.errors import TableError
 
 # seq_acc per (attention, seed): well apart for qknorm vs vanilla, overlapping for synth_dense vs vanilla
 VALUES = {("vanilla", 1): 0.50, ("vanilla", 2): 0.54, ("vanilla", 3): 0.52,

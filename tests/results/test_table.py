@@ -15,8 +15,8 @@ import yaml
 
 from attnlab.cli.table import build_tables
 from attnlab.cli.wandb_source import record_from_wandb
+from attnlab.errors import SpecError, TableError
 from attnlab.results.build import build_table
-from attnlab.results.errors import SpecError, TableError
 from attnlab.results.loading import load_records
 from attnlab.results.paper import NOT_FOUND, load_paper_tables
 from attnlab.results.record import validate_record

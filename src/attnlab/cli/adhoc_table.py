@@ -16,9 +16,9 @@ import re
 from pathlib import Path
 from typing import Any
 
+from attnlab.errors import TableError
 from attnlab.results.baselines import TableBaselines
 from attnlab.results.build import BuiltTable, build_table, get_field
-from attnlab.results.errors import TableError
 from attnlab.results.loading import Loaded
 from attnlab.results.paper import load_paper_tables
 from attnlab.results.spec import spec_from_dict

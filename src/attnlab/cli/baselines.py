@@ -21,9 +21,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from attnlab.errors import SpecError, TableError
 from attnlab.results.baselines import BASELINES_FOLDER, baselines_document, baselines_file
 from attnlab.results.build import build_table, matches
-from attnlab.results.errors import SpecError, TableError
 from attnlab.results.loading import load_records
 from attnlab.results.paper import load_paper_tables
 from attnlab.results.record import RESOLVED_CONFIG, atomic_write_text

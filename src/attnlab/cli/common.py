@@ -1,12 +1,19 @@
-"""What every CLI shares: composing and checking a config up front, and one-line failures."""
+"""What every CLI shares: composing and checking a config up front, and one-line failures (``failures_reported``)."""
 
 from __future__ import annotations
 
 import re
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import NoReturn
 
+from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+from yaml import YAMLError
 
+from attnlab.errors import ConfigError, RunFault, UserError
 from attnlab.training.launch import log_file_name, shared_run_id
 
 # The run folder's log file, per process of a DDP run (hydra/job_logging/attnlab.yaml): every CLI imports this
@@ -62,30 +69,30 @@ def quiet_lightning() -> None:
             logger.removeHandler(handler)
 
 
-def _loaded(module: str, name: str) -> tuple[type[BaseException], ...]:
-    """``module.name`` if that module is imported, else nothing: an exception can only have been raised by a
-    module that is loaded, and importing torch or Lightning to name a class would cost seconds per refusal."""
-    mod = sys.modules.get(module)
-    return (getattr(mod, name),) if mod is not None else ()
+# What a command reports in one line instead of a traceback: attnlab's roots (``attnlab.errors``) and the parse
+# errors of the libraries that read the user's config (a file that is not YAML, an override Hydra cannot parse).
+USER_ERRORS: tuple[type[BaseException], ...] = (UserError, HydraException, OmegaConfBaseException,
+                                                FileNotFoundError, YAMLError)
+REPORTED: tuple[type[BaseException], ...] = (*USER_ERRORS, RunFault)
 
 
-def user_errors() -> tuple[type[BaseException], ...]:
-    """Exceptions that mean bad input (config, data, checkpoint), reported as one line."""
-    from hydra.errors import HydraException
-    from omegaconf.errors import OmegaConfBaseException
-    from yaml import YAMLError
-
-    from attnlab.errors import ConfigError
-
-    return (ConfigError, *_loaded("attnlab.tasks.base", "DataError"),
-            *_loaded("attnlab.attention.base", "AttentionError"),
-            *_loaded("attnlab.training.checkpointing", "CheckpointError"), HydraException, OmegaConfBaseException,
-            FileNotFoundError, YAMLError)
+def exit_code(exc: BaseException) -> int:
+    """2 for bad input, 1 for a fault of the run (``RunFault``: a NaN loss, a full disk)."""
+    return 1 if isinstance(exc, RunFault) else 2
 
 
-def run_errors() -> tuple[type[BaseException], ...]:
-    """Faults of a run that are not bad input (a NaN loss, a full disk), also reported as one line."""
-    return (*_loaded("attnlab.training.faults", "NonFiniteLoss"), *_loaded("attnlab.training.storage", "StorageError"))
+@contextmanager
+def failures_reported(prog: str | None = None, *, before_run: bool = False) -> Iterator[None]:
+    """The one failure wrapper of the commands (as lightning-hydra-template's ``task_wrapper``), as a ``with``
+    block or a decorator: a ``UserError`` (or a config parse error) ends the command with one line on stderr
+    and exit code 2, a ``RunFault`` with one line and exit code 1; anything else is a bug and keeps its
+    traceback. Classes are matched by their root, never by name, so a renamed or new error is reported too.
+    ``before_run``: checks before anything ran, where a folder that cannot take the run is the user's to fix
+    too (exit 2)."""
+    try:
+        yield
+    except REPORTED as exc:
+        fail(one_line(exc), code=2 if before_run else exit_code(exc), prog=prog)
 
 
 def one_line(exc: BaseException) -> str:
@@ -156,7 +163,6 @@ def check_group_choices(overrides: list[str]) -> None:
     from pathlib import Path
 
     import attnlab.conf
-    from attnlab.training.config import ConfigError
 
     conf = Path(attnlab.conf.__file__).parent
     for override in overrides:
@@ -176,10 +182,12 @@ def check_group_choices(overrides: list[str]) -> None:
                               f"absolute paths); valid options of {key}: {valid}")
 
 
-def fail(message: str, code: int = 2) -> None:
-    prog = sys.argv[0].rsplit("/", 1)[-1] if sys.argv and sys.argv[0] else "attnlab"
-    if prog.endswith(".py") or prog in ("-m", "-c", "__main__.py"):
-        prog = "attnlab"
+def fail(message: str, code: int = 2, prog: str | None = None) -> NoReturn:
+    """``<prog>: error: <message>`` on stderr and exit ``code``; ``prog`` defaults to the command as invoked."""
+    if prog is None:
+        prog = sys.argv[0].rsplit("/", 1)[-1] if sys.argv and sys.argv[0] else "attnlab"
+        if prog.endswith(".py") or prog in ("-m", "-c", "__main__.py"):
+            prog = "attnlab"
     print(f"{prog}: error: {message}", file=sys.stderr)
     raise SystemExit(code)
 

@@ -23,14 +23,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-from attnlab.cli.common import fail, one_line, quiet_lightning, user_errors
+from attnlab.cli.common import fail, failures_reported, one_line, quiet_lightning
+from attnlab.errors import UserError
 from attnlab.results.record import CHECKPOINTS_DIR, OVERRIDES_FILE, RESOLVED_CONFIG
 
 log = logging.getLogger("attnlab")
 WHICH = ("last", "best")
 
 
-class EvalError(ValueError):
+class EvalError(UserError, ValueError):
     """A run folder or checkpoint that cannot be evaluated; the message is one line."""
 
 
@@ -205,19 +206,15 @@ def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stdout)
     os.environ.setdefault("HYDRA_FULL_ERROR", "0")
     from attnlab.training.stop_signals import StoppedBySignal
-    from attnlab.training.storage import StorageError
 
     try:
-        path, which, overrides = parse_args(argv)
-        quiet_lightning()
-        result = evaluate(path, which, overrides)
-    except (EvalError, *user_errors()) as exc:
-        fail(one_line(exc))
+        with failures_reported():
+            path, which, overrides = parse_args(argv)
+            quiet_lightning()
+            result = evaluate(path, which, overrides)
     except StoppedBySignal as exc:
         fail(f"stopped by {signal.Signals(exc.signum).name} while evaluating; no eval.json was written; rerun the "
              "same command", code=128 + int(exc.signum))
-    except StorageError as exc:
-        fail(str(exc), code=1)
     print(f"evaluated {result['checkpoint']} (step {result['step']})")
     for key, value in result["metrics"].items():
         print(f"  {key:<28} {'n/a' if value is None else f'{value:.4f}'}")

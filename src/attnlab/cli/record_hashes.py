@@ -36,6 +36,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from attnlab.errors import UserError
 from attnlab.results.baselines import baselines_document
 from attnlab.results.record import (
     DEFAULT_HASH_EXCLUDE,
@@ -52,7 +53,7 @@ from attnlab.results.record import (
 _PROGRAMS = (("attnlab-train",), ("python", "-m", "attnlab.train"), ("python", "-m", "attnlab.cli.train"))
 
 
-class RecordHashError(Exception):
+class RecordHashError(UserError):
     """Bad input; the message is one line."""
 
 

@@ -22,14 +22,15 @@ from typing import Any
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
+from attnlab.cli.common import HYDRA_FLAGS, compose, fail, failures_reported, one_line
 from attnlab.cli.wandb_source import offline_wandb_records, wandb_records
 from attnlab.cli.wandb_upload import upload_tables
+from attnlab.errors import TableError
 from attnlab.results.baselines import BASELINES_FOLDER, load_table_baselines
 from attnlab.results.build import build_table
-from attnlab.results.errors import SpecError, TableError
 from attnlab.results.loading import load_records
-from attnlab.results.paper import PaperTablesError, default_experiments_dir, load_paper_tables
-from attnlab.results.record import RecordError, write_files_atomically
+from attnlab.results.paper import default_experiments_dir, load_paper_tables
+from attnlab.results.record import write_files_atomically
 from attnlab.results.render import render_all, render_markdown, render_summary
 from attnlab.results.render.claims import render_claims_overview, render_paper_claims
 from attnlab.results.render.index import INDEX_FILENAME, render_results_index
@@ -235,15 +236,8 @@ def check_tables(files: Mapping[Path, bytes], out: Path, find_orphans: bool) -> 
 
 @hydra.main(config_path="pkg://attnlab.conf", config_name="table", version_base="1.3")
 def _hydra_main(cfg: DictConfig) -> None:
-    try:
+    with failures_reported(prog="attnlab-table"):
         build_tables(cfg)
-    except (TableError, SpecError, PaperTablesError, RecordError) as exc:
-        _fail(str(exc))
-
-
-def _fail(message: str) -> None:
-    print(f"attnlab-table: error: {message}", file=sys.stderr)
-    raise SystemExit(EXIT_USER_ERROR)
 
 
 def _quoted_claim(arg: str) -> str:
@@ -260,7 +254,6 @@ def main(argv: list[str] | None = None) -> None:
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
-    from attnlab.cli.common import HYDRA_FLAGS, compose, one_line
 
     argv = [_quoted_claim(a) for a in (sys.argv[1:] if argv is None else argv)]
     # Compose once up front so a misspelled key is one line and exit 2, as in attnlab-train.
@@ -270,7 +263,7 @@ def main(argv: list[str] | None = None) -> None:
         except (HydraException, OmegaConfBaseException) as exc:
             # Hydra puts "Key 'x' is not in struct" in the cause; one_line needs both to name the key.
             full = Exception(f"{exc}\n{exc.__cause__ or ''}")
-            _fail(one_line(full).replace("attnlab-train --cfg job", "attnlab-table --cfg job"))
+            fail(one_line(full).replace("attnlab-train --cfg job", "attnlab-table --cfg job"), prog="attnlab-table")
     sys.argv = [sys.argv[0], *argv]
     _hydra_main()
 

@@ -14,6 +14,7 @@ record (``status: failed`` and why) and wandb is closed, so a multirun goes on w
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import shlex
@@ -26,14 +27,16 @@ from omegaconf import DictConfig
 
 from attnlab.cli.common import (
     HYDRA_FLAGS,
+    REPORTED,
+    USER_ERRORS,
     check_group_choices,
     compose,
     compose_checked,
+    exit_code,
     fail,
+    failures_reported,
     one_line,
     quiet_lightning,
-    run_errors,
-    user_errors,
 )
 from attnlab.results.record import CHECKPOINTS_DIR, RECORD_FILENAME, RESOLVED_CONFIG
 from attnlab.training.launch import is_launch_rank_zero
@@ -90,7 +93,7 @@ def train_job(cfg: DictConfig) -> dict | None:
     if multirun:
         try:  # main() refused such a sweep already; this catches a choice it could not expand (a range)
             check_no_spawned_processes(cfg)
-        except user_errors() as exc:
+        except USER_ERRORS as exc:
             log.error("job failed: %s", exc)
             _FAILED_JOBS[out] = str(exc)
             return
@@ -117,13 +120,13 @@ def train_job(cfg: DictConfig) -> dict | None:
     except KeyboardInterrupt:  # a Ctrl-C that run() could not turn into a record (a second one, mid-shutdown)
         fail(f"interrupted (Ctrl-C); rerun the same command to resume from the newest checkpoint in "
              f"{Path(out) / 'checkpoints'}, if there is one{sweep_resume_hint(hc, multirun)}", code=130)
-    except user_errors() + run_errors() as exc:
+    except REPORTED as exc:
         reason = _record_failure(cfg, out, command, one_line(exc))
         if multirun:
             log.error("job failed: %s", reason)
             _FAILED_JOBS[out] = reason
             return
-        fail(reason, code=2 if isinstance(exc, user_errors()) else 1)
+        fail(reason, code=exit_code(exc))
     except Exception as exc:
         reason = _record_failure(cfg, out, command, f"{exc.__class__.__name__}: {one_line(exc)}")
         if multirun:
@@ -158,17 +161,16 @@ def _run_as_other_rank(cfg: DictConfig, out: str, command: str, overrides: list[
     from attnlab.training.run import run
 
     try:
-        run(cfg, run_dir=out, command=command, cli_overrides=overrides)
+        with failures_reported():
+            run(cfg, run_dir=out, command=command, cli_overrides=overrides)
     except Preempted as exc:
         fail(str(exc), code=128 + int(exc.signum))
-    except user_errors() + run_errors() as exc:
-        fail(one_line(exc), code=2 if isinstance(exc, user_errors()) else 1)
 
 
 def check_no_spawned_processes(cfg: DictConfig) -> None:
     """A sweep (``-m``) may not ask Lightning to start processes: each child it starts reruns the command,
     i.e. the whole sweep. Multi-device sweeps go through torchrun or SLURM tasks, which start every rank."""
-    from attnlab.training.config import ConfigError
+    from attnlab.errors import ConfigError
     from attnlab.training.launch import processes_started_outside
 
     world = int(cfg.hardware.devices) * int(cfg.hardware.num_nodes)
@@ -230,11 +232,9 @@ def show_config(argv: list[str]) -> bool:
 
     from attnlab.training.scale import apply_scale
 
-    try:
+    with failures_reported():
         cfg = compose("train", args.overrides, with_hydra=True)
         apply_scale(cfg, args.overrides)
-    except user_errors() as exc:
-        fail(one_line(exc))
     HydraConfig.instance().set_config(cfg)  # as Hydra does, so ${hydra:...} resolves
     OmegaConf.set_readonly(cfg.hydra, None)
     if args.cfg == "job":
@@ -259,10 +259,8 @@ def show_config(argv: list[str]) -> bool:
 def main(argv: list[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
     _SAY_WHEN_LOGGING.clear()
-    try:
+    with failures_reported():
         check_group_choices(argv)
-    except user_errors() as exc:
-        fail(one_line(exc))
     if show_config(argv):
         return
     plain_run = not any(a in HYDRA_FLAGS or a.startswith(tuple(f + "=" for f in HYDRA_FLAGS)) for a in argv)
@@ -275,7 +273,7 @@ def main(argv: list[str] | None = None) -> None:
             check_run_folder_entries,
         )
 
-        try:
+        with failures_reported(before_run=True):
             checked = compose_checked("train", argv)
             check_devices_present(checked)
             run_dir = Path(_planned_run_dir(argv))
@@ -283,33 +281,27 @@ def main(argv: list[str] | None = None) -> None:
                 check_inside(run_dir, str(checked.paths.runs_dir), _RUN_DIR_PARTS)
             check_can_create(run_dir)
             check_run_folder_entries(run_dir)
-        except user_errors() + run_errors() as exc:
-            fail(one_line(exc))
         owner = RunFolderLock.owner(run_dir)
         if owner is not None:
             fail(busy_message(run_dir, owner))
-        try:
+        with failures_reported():
             check_resume_keeps_the_config(checked, run_dir)
-        except user_errors() as exc:
-            fail(one_line(exc))
     multirun = any(a in ("-m", "--multirun") for a in argv)
     if multirun and is_launch_rank_zero():
         from attnlab.training.storage import check_inside
 
-        try:
+        with failures_reported(before_run=True):
             if not _given(argv, "hydra.sweep.dir"):
                 check_inside(_planned_dir(argv, "sweep"), str(compose("train", _fixed(argv)).paths.runs_dir),
                              "hydra.sweep.dir's parts")
             check_sweep_group_choices(argv)
             check_sweep_spawns_no_processes(argv)
             check_sweep_resumes_keep_their_configs(argv)
-        except user_errors() as exc:
-            fail(one_line(exc))
     if multirun and not any(a.startswith("hydra.sweep.dir=") for a in argv):
-        try:  # name the sweep folder now (as Hydra would), to find its failed jobs afterwards
+        # Name the sweep folder now (as Hydra would), to find its failed jobs afterwards; where the command is
+        # wrong, Hydra itself reports it.
+        with contextlib.suppress(*USER_ERRORS):
             argv = [*argv, f'hydra.sweep.dir="{_planned_dir(argv, "sweep")}"']
-        except user_errors():
-            pass  # Hydra itself reports what is wrong with the command
     os.environ.setdefault("HYDRA_FULL_ERROR", "0")
     sys.argv = [sys.argv[0], *argv]
     _FAILED_JOBS.clear()
@@ -331,8 +323,9 @@ def check_resume_keeps_the_config(cfg: DictConfig, run_dir: Path) -> None:
     Compares the scaled config with the one the folder's run saved (``.hydra/config.yaml``)."""
     from omegaconf import OmegaConf
 
+    from attnlab.errors import ConfigError
     from attnlab.training.checkpointing import has_checkpoints
-    from attnlab.training.config import ConfigError, resume_config_changes
+    from attnlab.training.config import resume_config_changes
 
     saved = run_dir / RESOLVED_CONFIG
     if cfg.get("ckpt_path") or cfg.get("resume", "auto") != "auto" or not saved.is_file() \
@@ -362,7 +355,7 @@ def check_sweep_group_choices(argv: list[str]) -> None:
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     import attnlab.conf
-    from attnlab.training.config import ConfigError
+    from attnlab.errors import ConfigError
 
     plain = [a for a in argv if not a.startswith("-")]
     parsed = OverridesParser.create().parse_overrides(plain)
@@ -377,7 +370,7 @@ def check_sweep_group_choices(argv: list[str]) -> None:
         for value in override.sweep_string_iterator():
             try:
                 compose("train", [*fixed, f"{key}={value}"])
-            except user_errors() as exc:
+            except USER_ERRORS as exc:
                 raise ConfigError(f"sweep choice {key}={value}: {one_line(exc)}; no job was started") from None
 
 
@@ -390,7 +383,7 @@ def check_sweep_resumes_keep_their_configs(argv: list[str]) -> None:
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from omegaconf import OmegaConf, open_dict
 
-    from attnlab.training.config import ConfigError
+    from attnlab.errors import ConfigError
     from attnlab.training.storage import StorageError, check_inside, check_run_folder_entries
 
     sweep_dir = Path(_planned_dir(argv, "sweep").strip("'\""))
@@ -416,7 +409,7 @@ def check_sweep_resumes_keep_their_configs(argv: list[str]) -> None:
 def check_devices_present(cfg: DictConfig) -> None:
     """A GPU preset on a machine without the GPUs it asks for: one line naming the fix, before any folder
     exists (Lightning would fail after the folder is made, with a traceback)."""
-    from attnlab.training.config import ConfigError
+    from attnlab.errors import ConfigError
 
     if cfg.hardware.accelerator not in ("gpu", "cuda"):
         return

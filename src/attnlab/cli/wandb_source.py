@@ -15,7 +15,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from attnlab.results.errors import TableError
+from attnlab.errors import TableError, UserError
 from attnlab.results.loading import Corrupt, Loaded, corrupt_hint
 from attnlab.results.record import config_hash, record_header, sanitize_record, validate_record
 
@@ -24,7 +24,7 @@ HEADER = b":W&B"       # file header: ident, magic 0xBEE1, version (7 bytes)
 FULL, FIRST, MIDDLE, LAST = 1, 2, 3, 4
 
 
-class OfflineRunError(ValueError):
+class OfflineRunError(UserError, ValueError):
     """An offline wandb run file that cannot be read; the message is one line."""
 
 

@@ -54,7 +54,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from attnlab.results.errors import SpecError
+from attnlab.errors import SpecError
 from attnlab.results.safe_yaml import UnsafeYamlError, load_yaml
 
 

@@ -16,9 +16,9 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from attnlab.decoding.options import DecodingOptions
+from attnlab.errors import ConfigError
 from attnlab.tasks import DataError, TaskData, build_task
 from attnlab.training.acceleration import apply_to_module, switch
-from attnlab.training.config import ConfigError
 from attnlab.training.modules import MODULES, TaskModule
 from attnlab.training.resumable import ResumableDataModule
 
