@@ -72,8 +72,9 @@ def test_the_registries_refuse_an_unknown_name_with_a_user_error():
     from attnlab.models.recurrence import RECURRENCES
     from attnlab.tasks.registry import TASK_FAMILIES
     from attnlab.tasks.schemas import TASK_SCHEMAS
+    from attnlab.tasks.trivial import BASELINES
 
-    for registry in (ATTENTION_VARIANTS, RECURRENCES, TASK_FAMILIES, TASK_SCHEMAS):
+    for registry in (ATTENTION_VARIANTS, RECURRENCES, TASK_FAMILIES, TASK_SCHEMAS, BASELINES):
         with pytest.raises(UserError, match="valid: "):
             registry.get("no-such-name")
 
