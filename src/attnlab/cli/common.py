@@ -1,4 +1,5 @@
-"""What every CLI shares: composing and checking a config up front, and one-line failures (``failures_reported``)."""
+"""What every CLI shares: quiet libraries, Hydra's flags and one-line failures (``failures_reported``); composing
+and checking a config is ``training.compose``."""
 
 from __future__ import annotations
 
@@ -9,19 +10,11 @@ from contextlib import contextmanager
 from typing import NoReturn
 
 from hydra.errors import HydraException
-from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 from yaml import YAMLError
 
-from attnlab.errors import ConfigError, RunFault, UserError
-from attnlab.training.launch import log_file_name, shared_run_id
-
-# The run folder's log file, per process of a DDP run (hydra/job_logging/attnlab.yaml): every CLI imports this
-# module before Hydra configures logging.
-OmegaConf.register_new_resolver("attnlab_log_file", lambda: log_file_name(), replace=True)
-# The run's name, the same in every rank of a launch (paths.run_id, the multirun folder).
-OmegaConf.register_new_resolver("attnlab_run_id", lambda: shared_run_id(), replace=True)
-
+import attnlab.training.compose  # noqa: F401 - registers the resolvers Hydra's configs name, before Hydra starts
+from attnlab.errors import RunFault, UserError
 
 
 def _matplotlib_config_dir_usable() -> None:
@@ -156,32 +149,6 @@ def _options_in_folders(name: str) -> tuple[str, list[str]]:
     return group, sorted(str(p.relative_to(root).with_suffix("")) for p in base.rglob("*.yaml"))
 
 
-def check_group_choices(overrides: list[str]) -> None:
-    """A group choice (``experiment=...``, ``model/attention=...``) names a file under its folder of the config
-    tree: refuse ``..`` and absolute paths before Hydra (or an error message) follows them out of the tree."""
-    import re
-    from pathlib import Path
-
-    import attnlab.conf
-
-    conf = Path(attnlab.conf.__file__).parent
-    for override in overrides:
-        if "=" not in override or override.startswith("-"):
-            continue
-        key, value = override.split("=", 1)
-        key = key.lstrip("+~").split("@", 1)[0]
-        if "." in key or not key or not ((conf / key).is_dir() or key.startswith("hydra/")):
-            continue
-        parts = re.split(r"[,/()\[\]\s'\"]+", value)
-        if ".." in parts or value.lstrip("'\"").startswith("/") or "\\" in value:
-            root = conf / key
-            options = sorted(str(p.relative_to(root).with_suffix("")) for p in root.rglob("*.yaml")) \
-                if root.is_dir() else []
-            valid = ", ".join(options) if options else f"see conf/{key}"
-            raise ConfigError(f"{key}={value!r}: a choice of {key} names a preset under conf/{key} (no '..' or "
-                              f"absolute paths); valid options of {key}: {valid}")
-
-
 def fail(message: str, code: int = 2, prog: str | None = None) -> NoReturn:
     """``<prog>: error: <message>`` on stderr and exit ``code``; ``prog`` defaults to the command as invoked."""
     if prog is None:
@@ -190,27 +157,3 @@ def fail(message: str, code: int = 2, prog: str | None = None) -> NoReturn:
             prog = "attnlab"
     print(f"{prog}: error: {message}", file=sys.stderr)
     raise SystemExit(code)
-
-
-def compose(config_name: str, overrides: list[str], *, with_hydra: bool = False) -> DictConfig:
-    """The config Hydra composes for ``config_name`` (plus Hydra's own section with ``with_hydra``, named
-    as ``@hydra.main`` in ``cli/<config_name>.py`` names its job)."""
-    from hydra import compose as hydra_compose
-    from hydra import initialize_config_module
-    from hydra.core.global_hydra import GlobalHydra
-
-    GlobalHydra.instance().clear()
-    with initialize_config_module(config_module="attnlab.conf", version_base="1.3", job_name=config_name):
-        return hydra_compose(config_name=config_name, overrides=overrides, return_hydra_config=with_hydra)
-
-
-def compose_checked(config_name: str, overrides: list[str]) -> DictConfig:
-    """Compose, apply the scale and validate (the root keys too), as the run will; raises the user errors
-    above. Neither Lightning nor the model is needed for that (benchmarks/bench_refusal.py times it)."""
-    from attnlab.training.config import validate
-    from attnlab.training.scale import apply_scale
-
-    cfg = compose(config_name, overrides)
-    apply_scale(cfg, overrides)
-    validate(cfg)
-    return cfg

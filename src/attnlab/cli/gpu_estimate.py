@@ -18,7 +18,6 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from attnlab.cli.common import compose
 from attnlab.results.gpu_estimate import (
     DEFAULT_EVAL_SHARE,
     DEFAULT_MFU,
@@ -31,6 +30,7 @@ from attnlab.results.gpu_estimate import (
 )
 from attnlab.results.record import atomic_write_text
 from attnlab.tasks import DataError, build_task
+from attnlab.training.compose import compose
 from attnlab.training.scale import apply_scale
 
 SAMPLE_EXAMPLES = 256

@@ -22,7 +22,7 @@ from typing import Any
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from attnlab.cli.common import HYDRA_FLAGS, compose, fail, failures_reported, one_line
+from attnlab.cli.common import HYDRA_FLAGS, fail, failures_reported, one_line
 from attnlab.cli.wandb_source import offline_wandb_records, wandb_records
 from attnlab.cli.wandb_upload import upload_tables
 from attnlab.errors import TableError
@@ -36,6 +36,7 @@ from attnlab.results.render.claims import render_claims_overview, render_paper_c
 from attnlab.results.render.index import INDEX_FILENAME, render_results_index
 from attnlab.results.render.png import has_figure
 from attnlab.results.spec import list_specs, load_spec
+from attnlab.training.compose import compose
 
 EXIT_USER_ERROR = 2
 

@@ -29,9 +29,6 @@ from attnlab.cli.common import (
     HYDRA_FLAGS,
     REPORTED,
     USER_ERRORS,
-    check_group_choices,
-    compose,
-    compose_checked,
     exit_code,
     fail,
     failures_reported,
@@ -39,6 +36,7 @@ from attnlab.cli.common import (
     quiet_lightning,
 )
 from attnlab.results.record import CHECKPOINTS_DIR, RECORD_FILENAME, RESOLVED_CONFIG
+from attnlab.training.compose import check_group_choices, compose, compose_checked
 from attnlab.training.launch import is_launch_rank_zero
 
 log = logging.getLogger("attnlab")
