@@ -130,7 +130,7 @@ def test_validation_refuses_bad_values_with_one_line(overrides, fragment, tmp_pa
     try:
         cfg = compose(overrides, run_dir=tmp_path)
     except Exception as exc:  # composition itself may refuse (type errors): still one clear line
-        from attnlab.cli.common import one_line
+        from attnlab.training.compose import one_line
 
         assert fragment.split()[0].strip("[") in one_line(exc) or "d_model" in one_line(exc)
         return

@@ -109,7 +109,7 @@ def test_the_record_hash_is_still_the_hash_of_the_config_as_asked(scaled_run):
 
 def test_eval_rebuilds_the_same_config_from_a_scaled_run_folder(scaled_run):
     """attnlab-eval applies the scale again on the saved config: a no-op on one already scaled."""
-    from attnlab.cli.evaluate import load_run_config
+    from attnlab.training.evaluation import load_run_config
 
     run_dir, _ = scaled_run
     cfg = load_run_config(run_dir, [])

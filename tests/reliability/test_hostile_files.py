@@ -178,7 +178,7 @@ def test_sigterm_while_evaluating_exits_143_without_eval_json(trained_run, tmp_p
 
 
 def test_eval_in_a_folder_it_cannot_write_is_one_line_before_testing(trained_run, monkeypatch, capsys):
-    import attnlab.cli.evaluate as evaluate
+    import attnlab.training.evaluation as evaluate
 
     tested = []
     monkeypatch.setattr(evaluate, "_test", lambda *a: tested.append(a))

@@ -1,5 +1,6 @@
-"""Composing a config as the commands do (Hydra's compose over the packaged ``attnlab.conf``), and the checks that
-need only the composed config: no Lightning, no model (``benchmarks/bench_refusal.py`` times a refusal).
+"""Composing a config as the commands do (Hydra's compose over the packaged ``attnlab.conf``), the checks that need
+only the composed config (no Lightning, no model: ``benchmarks/bench_refusal.py`` times a refusal), and the
+one-line form of a composition error (``one_line``).
 
 Importing this module registers the resolvers the configs name (``attnlab_log_file``, ``attnlab_run_id``), so a
 config composed here resolves as it does under ``attnlab-train``.
@@ -66,3 +67,63 @@ def check_group_choices(overrides: list[str]) -> None:
             valid = ", ".join(options) if options else f"see conf/{key}"
             raise ConfigError(f"{key}={value!r}: a choice of {key} names a preset under conf/{key} (no '..' or "
                               f"absolute paths); valid options of {key}: {valid}")
+
+
+def one_line(exc: BaseException) -> str:
+    """A single line for users, rewritten from Hydra's multi-line messages where they are known."""
+    text = str(exc).strip()
+    if type(exc).__module__.startswith("yaml"):  # a config file that is not plain YAML (a python/... tag)
+        mark, problem = getattr(exc, "problem_mark", None), getattr(exc, "problem", None)
+        where = f"{mark.name}, line {mark.line + 1}" if mark is not None else "a config file"
+        problem = problem or text.splitlines()[0]
+        tag = "; configs are plain YAML (tags that build Python objects are never run)" if "tag" in problem else ""
+        return f"{where}: {problem}{tag}"
+    override = getattr(exc, "override", None)
+    if exc.__class__.__name__ == "OverrideParseException" and override is not None:
+        first = text.splitlines()[0] if text else "cannot parse"
+        if "=" not in override:
+            return (f"argument {override!r} is not key=value ({first}); a value with spaces must be quoted for the "
+                    f"shell as a whole: \"paths.data_root=/my data\"")
+        return (f"cannot parse {override!r}: {first}; quote a value with spaces or special characters for Hydra "
+                f"too: 'key=\"value\"'")
+    cause = exc.__cause__ or exc.__context__
+    if cause is not None and "not in struct" in str(cause):
+        text = f"{text}\n{cause}"  # Hydra keeps the useful part ("Key 'x' is not in struct") in the cause
+    missing = re.search(r"Could not find '([^']+)'", text)
+    if missing:
+        options = re.findall(r"^\t(\S+)$", text, flags=re.M)
+        group = missing.group(1).rsplit("/", 1)[0]
+        if not options:  # options in family folders (task=mt/...): Hydra lists none, so list the files
+            group, options = _options_in_folders(missing.group(1))
+        valid = ", ".join(options) if options else "see conf/" + group
+        return f"unknown option '{missing.group(1)}'; valid options of {group}: {valid}"
+    struct = re.search(r"Could not override '([^']+)'.*?Key '([^']+)' is not in struct", text, flags=re.S)
+    if struct:
+        key = struct.group(1)
+        parent = key.rsplit(".", 1)[0] if "." in key else "the root config"
+        return f"unknown key '{key}' (misspelled?); see the keys of {parent} with: attnlab-train --cfg job"
+    if "Key '" in text and "not in struct" in text:
+        return text.splitlines()[0] + " (misspelled key?)"
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    return lines[0] if lines else exc.__class__.__name__
+
+
+def _options_in_folders(name: str) -> tuple[str, list[str]]:
+    """(group, options) for an unknown ``group/folder/.../option``: the options under the deepest folder of the
+    name that exists, written as the user writes them after ``group=`` (``task=superglue/nope`` lists
+    ``superglue/boolq, ...``; ``task=nope`` lists every task)."""
+
+    import attnlab.conf
+
+    conf = Path(attnlab.conf.__file__).parent
+    group, *folders = name.split("/")[:-1] or [name]
+    folders = [f for f in folders if f not in ("", ".", "..")]  # the listing never leaves the config tree
+    root = conf / group
+    if group in ("", ".", "..") or not root.is_dir():
+        return group, []
+    base = root
+    for folder in folders:
+        if not (base / folder).is_dir():
+            break
+        base = base / folder
+    return group, sorted(str(p.relative_to(root).with_suffix("")) for p in base.rglob("*.yaml"))
