@@ -8,12 +8,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import NoReturn
 
-from hydra.errors import HydraException
-from omegaconf.errors import OmegaConfBaseException
-from yaml import YAMLError
-
-from attnlab.errors import RunFault, UserError
-from attnlab.training.compose import one_line  # importing it registers the resolvers the configs name
+from attnlab.errors import RunFault
+from attnlab.training.compose import USER_ERRORS, one_line  # the import registers the configs' resolvers
 
 
 def _matplotlib_config_dir_usable() -> None:
@@ -61,10 +57,6 @@ def quiet_lightning() -> None:
             logger.removeHandler(handler)
 
 
-# What a command reports in one line instead of a traceback: attnlab's roots (``attnlab.errors``) and the parse
-# errors of the libraries that read the user's config (a file that is not YAML, an override Hydra cannot parse).
-USER_ERRORS: tuple[type[BaseException], ...] = (UserError, HydraException, OmegaConfBaseException,
-                                                FileNotFoundError, YAMLError)
 REPORTED: tuple[type[BaseException], ...] = (*USER_ERRORS, RunFault)
 
 

@@ -11,15 +11,23 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+from yaml import YAMLError
 
-from attnlab.errors import ConfigError
+from attnlab.errors import ConfigError, UserError
 from attnlab.training.launch import log_file_name, shared_run_id
 
 # The run folder's log file, per process of a DDP run (hydra/job_logging/attnlab.yaml).
 OmegaConf.register_new_resolver("attnlab_log_file", lambda: log_file_name(), replace=True)
 # The run's name, the same in every rank of a launch (paths.run_id, the multirun folder).
 OmegaConf.register_new_resolver("attnlab_run_id", lambda: shared_run_id(), replace=True)
+
+# Bad input, as a command reports it in one line: attnlab's ``UserError`` and the parse errors of the libraries that
+# read the user's config (a file that is not YAML, an override Hydra cannot parse).
+USER_ERRORS: tuple[type[BaseException], ...] = (UserError, HydraException, OmegaConfBaseException,
+                                                FileNotFoundError, YAMLError)
 
 
 def compose(config_name: str, overrides: list[str], *, with_hydra: bool = False) -> DictConfig:
