@@ -63,8 +63,8 @@ def test_a_hostile_record_is_one_line_naming_it_in_publish_and_tables(tmp_path, 
 
 
 def test_baselines_replace_a_cut_file_in_their_output_folder(tmp_path):
-    from attnlab.cli.baselines import write_baselines
     from attnlab.results.baselines import baselines_file
+    from attnlab.training.trivial_baselines import write_baselines
 
     (tmp_path / "runs").mkdir()
     cut = baselines_file(tmp_path / "out", "ut/table4_copy")

@@ -98,8 +98,8 @@ def parse_claim(text: str, labels: list[str], metrics: list[str]) -> dict[str, A
 def trivial_baselines(records: list[Loaded], data_root: str | None) -> tuple[str, TableBaselines] | None:
     """(baseline name, its values per run) where one trivial baseline applies to the runs' task loader; None
     where none applies or the runs mix task loaders."""
-    from attnlab.cli.baselines import run_task_config, task_key
     from attnlab.tasks.trivial import BASELINES, compute_baseline
+    from attnlab.training.trivial_baselines import run_task_config, task_key
 
     root = data_root or str(Path("data"))
     configs = {}
