@@ -99,10 +99,13 @@ def build_tables(cfg: Mapping[str, Any] | DictConfig) -> list[Path]:
         sys.stdout.write(render_summary(records, corrupt))
         return []
     if cfg.get("by"):  # an ad-hoc table of these runs, printed; nothing written
-        from attnlab.cli.adhoc_table import build_adhoc_table
+        from attnlab.results.adhoc import adhoc_records, build_adhoc_table
+        from attnlab.training.trivial_baselines import adhoc_baseline
 
-        built = build_adhoc_table(records, _as_list(cfg.get("runs", "runs/")), _as_list(cfg["by"]),
-                                  _as_list(cfg.get("metrics")), cfg.get("claim"), cfg.get("data_root"))
+        runs = _as_list(cfg.get("runs", "runs/"))
+        completed = adhoc_records(records, runs)
+        built = build_adhoc_table(completed, runs, _as_list(cfg["by"]), _as_list(cfg.get("metrics")),
+                                  cfg.get("claim"), adhoc_baseline(completed, cfg.get("data_root")))
         sys.stdout.write(render_markdown(built))
         return []
 

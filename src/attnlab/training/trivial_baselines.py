@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from attnlab.errors import SpecError, TableError
-from attnlab.results.baselines import baselines_document, baselines_file
+from attnlab.results.baselines import TableBaselines, baselines_document, baselines_file
 from attnlab.results.build import build_table, matches
-from attnlab.results.loading import load_records
+from attnlab.results.loading import Loaded, load_records
 from attnlab.results.paper import load_paper_tables
 from attnlab.results.record import RESOLVED_CONFIG, atomic_write_text
 from attnlab.results.spec import TableSpec, list_specs, load_spec
@@ -119,3 +119,34 @@ def write_baselines(experiments_dir: Path, runs_root: Path, out: Path, data_root
         if not check:
             atomic_write_text(path, baselines_document(spec.name, entries, runs, made_by))
     return changed
+
+
+def adhoc_baseline(records: list[Loaded], data_root: str | None) -> tuple[str, TableBaselines] | None:
+    """(baseline name, its values per run) where one trivial baseline applies to the runs' task loader; None
+    where none applies or the runs mix task loaders."""
+    from attnlab.tasks.trivial import BASELINES, compute_baseline
+    from attnlab.training.trivial_baselines import run_task_config, task_key
+
+    root = data_root or str(Path("data"))
+    configs = {}
+    for record in records:
+        try:
+            configs[record.path] = run_task_config(record.path.parent, root)
+        except (TableError, OSError):
+            return None  # a run without its saved config (a wandb record): no task to compute from
+    loaders = {task.get("loader") for task, _ in configs.values()}
+    names = [n for n, entry in BASELINES.items() if loaders and loaders <= set(entry.loaders)]
+    if len(loaders) != 1 or not names:
+        return None
+    name = sorted(names)[0]
+    entries: dict[str, dict[str, Any]] = {}
+    runs: dict[str, str] = {}
+    for record in records:
+        task, seed = configs[record.path]
+        key = task_key(name, task, seed)
+        if key not in entries:
+            got = compute_baseline(name, task, seed)
+            entries[key] = {"name": got.name, "what": got.what, "task": task.get("name"), "seed": seed,
+                            "values": {k: float(v) for k, v in got.values.items()}, "inputs": got.inputs}
+        runs[str(record.data.get("config_hash"))] = key
+    return name, TableBaselines(Path("(computed here)"), entries, runs)
