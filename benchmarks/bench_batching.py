@@ -71,8 +71,8 @@ def main() -> None:
     a = ap.parse_args()
     steps, rounds = (3, 1) if a.quick else (a.steps, a.rounds)
 
-    from attnlab.cli.common import compose_checked
     from attnlab.tasks.sources import DataError, find_file
+    from attnlab.training.compose import compose_checked
     from attnlab.training.run import build_datamodule, build_module, build_task_data
 
     base = compose_checked("train", PRESET)

@@ -70,9 +70,9 @@ def goal_beam_vs_greedy(a) -> tuple[list[str], dict]:
 
     from torch.utils.data import DataLoader, Subset
 
-    from attnlab.cli.common import compose
     from attnlab.decoding.search import beam_search_reference
     from attnlab.training.build import build_datamodule, build_module, build_task_data
+    from attnlab.training.compose import compose
     from attnlab.training.data import TaskDataModule
     from attnlab.training.scale import apply_scale
 

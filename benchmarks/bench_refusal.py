@@ -22,12 +22,12 @@ from benchmarks._common import REPO, fmt, stats  # noqa: E402
 
 # (label, console module, arguments); every train case must be refused with exit code 2.
 CASES = [
-    ("misspelled key", "attnlab.cli.train", ["trainer.max_stpes=3"]),
-    ("non-finite lr", "attnlab.cli.train", ["optim.lr=nan"]),
-    ("seed out of range", "attnlab.cli.train", [f"seed={2**64}"]),
-    ("unknown preset", "attnlab.cli.train", ["experiment=../../x"]),
-    ("bad attention option", "attnlab.cli.train", ["model/attention=bigbird", "model.attention.window_blocks=2"]),
-    ("eval --help", "attnlab.cli.evaluate", ["--help"]),
+    ("misspelled key", "attnlab.train", ["trainer.max_stpes=3"]),
+    ("non-finite lr", "attnlab.train", ["optim.lr=nan"]),
+    ("seed out of range", "attnlab.train", [f"seed={2**64}"]),
+    ("unknown preset", "attnlab.train", ["experiment=../../x"]),
+    ("bad attention option", "attnlab.train", ["model/attention=bigbird", "model.attention.window_blocks=2"]),
+    ("eval --help", "attnlab.evaluate", ["--help"]),
 ]
 # Runs the CLI's main in-process after the interpreter starts, then says which heavy modules it imported.
 PROBE = ("import importlib, sys\n"

@@ -40,7 +40,7 @@ def one_run(run_dir: Path, tokenizer_cache: Path) -> tuple[float, float]:
     env = {**os.environ, "ATTNLAB_TOKENIZER_CACHE": str(tokenizer_cache), "ATTNLAB_SKIP_EXISTING": "0",
            "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"), "WANDB_MODE": "offline"}
     start = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "attnlab.cli.train", *OVERRIDES, f"hydra.run.dir={run_dir}"],
+    proc = subprocess.run([sys.executable, "-m", "attnlab.train", *OVERRIDES, f"hydra.run.dir={run_dir}"],
                           cwd=REPO, env=env, capture_output=True, text=True, timeout=1800)
     wall = time.perf_counter() - start
     record = run_dir / RECORD_FILENAME

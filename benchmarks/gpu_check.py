@@ -326,7 +326,7 @@ def train(overrides: list[str], runs: Path, timeout: float, failed_runs: Path | 
     """One ``attnlab-train`` run in a fresh process; its record (or why there is none) and wall time. A failed
     run keeps its folder (moved under ``failed_runs``) and the last lines of its stderr."""
     run_dir = runs / f"run{next(_RUN_NUMBERS)}"
-    cmd = [sys.executable, "-m", "attnlab.cli.train", *overrides, f"hydra.run.dir={run_dir}", "logger=csv",
+    cmd = [sys.executable, "-m", "attnlab.train", *overrides, f"hydra.run.dir={run_dir}", "logger=csv",
            "trainer.enable_progress_bar=false"]
     env = {**os.environ, "WANDB_MODE": "disabled", "PYTHONUNBUFFERED": "1",
            "PYTHONPATH": os.pathsep.join(p for p in (str(REPO / "src"), os.environ.get("PYTHONPATH", "")) if p)}

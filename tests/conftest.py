@@ -44,7 +44,7 @@ def compose(overrides: list[str] | None = None, *, run_dir: Path | None = None, 
     Composition costs about half a second and the suite composes hundreds of presets several times, so each
     distinct override list is composed once per session and handed out as a deep copy.
     """
-    from attnlab.cli.common import compose as compose_raw
+    from attnlab.training.compose import compose as compose_raw
     from attnlab.training.scale import apply_scale
 
     key = (tuple(overrides or ()), scale)

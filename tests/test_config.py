@@ -8,7 +8,8 @@ import pytest
 import yaml
 from omegaconf import OmegaConf
 
-from attnlab.training.config import ConfigError, validate
+from attnlab.errors import ConfigError
+from attnlab.training.config import validate
 from tests.conftest import CONF, REPO, compose, group_options
 
 GROUPS = ["model", "model/attention", "model/recurrence", "task", "hardware", "scale", "logger", "callbacks", "debug"]
@@ -129,7 +130,7 @@ def test_validation_refuses_bad_values_with_one_line(overrides, fragment, tmp_pa
     try:
         cfg = compose(overrides, run_dir=tmp_path)
     except Exception as exc:  # composition itself may refuse (type errors): still one clear line
-        from attnlab.cli.common import one_line
+        from attnlab.training.compose import one_line
 
         assert fragment.split()[0].strip("[") in one_line(exc) or "d_model" in one_line(exc)
         return

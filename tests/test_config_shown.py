@@ -98,7 +98,7 @@ def test_the_run_folder_holds_the_config_that_ran(scaled_run):
 
 def test_the_record_hash_is_still_the_hash_of_the_config_as_asked(scaled_run):
     """Committed records are found by this hash: it is the scaled config's, before build fills values."""
-    from attnlab.cli.common import compose_checked
+    from attnlab.training.compose import compose_checked
     from attnlab.training.run import asked_config_hash
 
     run_dir, argv = scaled_run
@@ -109,7 +109,7 @@ def test_the_record_hash_is_still_the_hash_of_the_config_as_asked(scaled_run):
 
 def test_eval_rebuilds_the_same_config_from_a_scaled_run_folder(scaled_run):
     """attnlab-eval applies the scale again on the saved config: a no-op on one already scaled."""
-    from attnlab.cli.evaluate import load_run_config
+    from attnlab.training.evaluation import load_run_config
 
     run_dir, _ = scaled_run
     cfg = load_run_config(run_dir, [])
@@ -122,7 +122,7 @@ def test_the_config_hash_does_not_depend_on_hydra_being_set_up():
     test or tool found no record by it depending on what had run before it in the process)."""
     from hydra.core.hydra_config import HydraConfig
 
-    from attnlab.cli.common import compose, compose_checked
+    from attnlab.training.compose import compose, compose_checked
     from attnlab.training.run import asked_config_hash
 
     argv = [*TINY, *TINY_ALGO, "seed=5"]

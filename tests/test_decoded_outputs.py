@@ -44,8 +44,8 @@ def test_mt_outputs_rescored_by_the_sacrebleu_cli_equal_the_recorded_metrics(tmp
 
 
 def test_algorithmic_outputs_give_back_the_recorded_sequence_accuracy_and_eval_writes_them_too(tmp_path, monkeypatch):
-    from attnlab.cli.evaluate import evaluate
     from attnlab.cli.train import main as train_main
+    from attnlab.training.evaluation import evaluate
 
     monkeypatch.chdir(tmp_path)
     train_main([*TINY, *TINY_ALGO, "task=algo/copy", "trainer.max_steps=120", "trainer.val_check_interval=120",

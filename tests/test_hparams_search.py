@@ -39,7 +39,7 @@ def test_the_optimized_metric_leaves_the_config_hash_alone():
 def test_hparams_search_composes_an_optuna_sweep():
     cfg = compose(["hparams_search=copy_lr"], scale=False)
     assert cfg.optimized_metric == "val/loss"
-    from attnlab.cli.common import compose as compose_raw
+    from attnlab.training.compose import compose as compose_raw
 
     hydra = compose_raw("train", ["hparams_search=copy_lr"], with_hydra=True).hydra
     assert hydra.sweeper._target_.endswith("OptunaSweeper") and hydra.sweeper.direction == "minimize"

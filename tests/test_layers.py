@@ -193,3 +193,20 @@ def test_the_checker_sees_an_arrow_up_and_a_module_on_no_floor(tmp_path):
     floors = (("pkg.top",), ("pkg.low",), ("pkg",))
     assert arrows_up(graph, floors) == ["pkg.low.x (floor 1) imports pkg.top (floor 0) at line 2"]
     assert floor_of("pkg.stray", (("pkg.top",), ("pkg.low",))) is None and floor_of("pkg.low.x", floors) == 1
+
+
+def test_no_benchmark_imports_a_command():
+    """Benchmarks time the library, not a command (issue 51): composing is ``training.compose``, and a benchmark
+    that runs a command runs it by its ``python -m attnlab.<name>`` shim. Neither an import of ``attnlab.cli`` nor
+    a module name spelled in a string."""
+    root = SRC.parent / "benchmarks"
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        text = path.read_text(encoding="utf-8")
+        for node in ast.walk(ast.parse(text, filename=str(path))):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            found += [f"{path.name}:{node.lineno} imports {n}" for n in names if n.startswith("attnlab.cli")]
+        if "attnlab.cli" in text:
+            found.append(f"{path.name} names attnlab.cli")
+    assert root.is_dir() and not found, "\n".join(found)

@@ -143,7 +143,8 @@ def test_validation_scores_the_dev_split_for_selection(tmp_path):
     ("test_weights=first", "test_weights='first' is not valid"),
 ])
 def test_bad_recipe_options_are_one_line(override, message):
-    from attnlab.training.config import ConfigError, validate
+    from attnlab.errors import ConfigError
+    from attnlab.training.config import validate
 
     with pytest.raises(ConfigError, match=message) as err:
         validate(compose([*TINY, *TINY_ALGO, override]))
@@ -151,7 +152,8 @@ def test_bad_recipe_options_are_one_line(override, message):
 
 
 def test_best_weights_need_a_best_checkpoint():
-    from attnlab.training.config import ConfigError, validate
+    from attnlab.errors import ConfigError
+    from attnlab.training.config import validate
 
     with pytest.raises(ConfigError, match="save_top_k"):
         validate(compose([*TINY, *TINY_ALGO, "test_weights=best", "callbacks.checkpoint.save_top_k=0"]))

@@ -13,6 +13,7 @@ import yaml
 
 from attnlab.cli import record_hashes
 from attnlab.results.record import config_hash
+from attnlab.training.record_hashes import RecordHashError, recorded_overrides
 from tests.conftest import REPO, compose
 
 # One published laptop record (UT Table 5, a few kB with its saved config).
@@ -109,9 +110,9 @@ def test_migrate_refuses_a_record_whose_saved_values_differ_from_today(tmp_path,
     ("python3.11 -m attnlab.train seed=2", ["seed=2"]),
 ])
 def test_recorded_overrides(command, overrides):
-    assert record_hashes.recorded_overrides(command) == overrides
+    assert recorded_overrides(command) == overrides
 
 
 def test_a_foreign_command_is_refused():
-    with pytest.raises(record_hashes.RecordHashError, match="not an attnlab-train command"):
-        record_hashes.recorded_overrides("rm -rf /")
+    with pytest.raises(RecordHashError, match="not an attnlab-train command"):
+        recorded_overrides("rm -rf /")

@@ -2,10 +2,11 @@
 
 import pytest
 
+from attnlab.errors import UserError
 from attnlab.registry import Registry
 
 
-class UnknownThing(ValueError):
+class UnknownThing(UserError):
     pass
 
 
@@ -28,7 +29,7 @@ def test_a_name_registered_twice_is_refused_and_the_first_entry_stays():
 
 @pytest.mark.parametrize(("module", "registry", "error"), [
     ("attnlab.attention.registry", "ATTENTION_VARIANTS", "AttentionError"),
-    ("attnlab.models.recurrence", "RECURRENCES", "ValueError"),
+    ("attnlab.models.recurrence", "RECURRENCES", "ConfigError"),
     ("attnlab.tasks.registry", "TASK_FAMILIES", "DataError"),
 ])
 def test_each_registry_refuses_an_unknown_name_with_its_floors_error(module, registry, error):

@@ -76,7 +76,7 @@ def test_configs_work_from_an_installed_wheel(tmp_path):
     wheel = next(wheel_dir.glob("attnlab-*.whl"))
     subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(target), str(wheel)],
                    check=True, capture_output=True, timeout=600)
-    code = ("import attnlab; from attnlab.cli.common import compose_checked; "
+    code = ("import attnlab; from attnlab.training.compose import compose_checked; "
             "cfg = compose_checked('train', ['experiment=demo/copy', 'model/recurrence=ut_act', 'paths.run_dir=x']); "
             "print(attnlab.__file__); print(cfg.model.recurrence.name)")
     out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=300,

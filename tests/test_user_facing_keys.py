@@ -7,9 +7,9 @@ import logging
 
 import pytest
 
-from attnlab.cli.common import compose_checked
+from attnlab.errors import ConfigError
 from attnlab.training.callbacks import _format
-from attnlab.training.config import ConfigError
+from attnlab.training.compose import compose_checked
 from attnlab.training.describe import describe_config
 from tests.conftest import compose
 

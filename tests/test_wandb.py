@@ -11,7 +11,7 @@ import pytest
 
 from attnlab.cli.table import build_tables
 from attnlab.cli.wandb_source import offline_run_files, offline_wandb_records, read_offline_run
-from attnlab.results.errors import TableError
+from attnlab.errors import TableError
 from attnlab.training.config import validate
 from attnlab.training.run import run
 from tests.conftest import REPO, TINY, TINY_ALGO, compose

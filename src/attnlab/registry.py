@@ -8,16 +8,27 @@ refuses a second registration of a name and an unknown name the same way, in one
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
 from typing import Generic, TypeVar
+
+from attnlab.errors import ConfigError, UserError
 
 Entry = TypeVar("Entry")
 
 
+def check_option(kind: str, name: object, valid: Iterable[str], error: type[UserError] = ConfigError) -> None:
+    """The one refusal of a name outside its options, registered or fixed: ``unknown <kind> 'x'; valid: a, b``
+    (``valid`` in the order given), raised as ``error``, the user error of the floor that asks."""
+    valid = list(valid)
+    if name not in valid:
+        raise error(f"unknown {kind} {name!r}; valid: {', '.join(valid)}")
+
+
 class Registry(Generic[Entry]):
     """Names -> entries of one ``kind`` (its name in messages: "attention variant"); ``error`` is the exception an
-    unknown name raises, the one the floor that owns the registry reports as a user error."""
+    unknown name raises, a ``UserError`` of the floor that owns the registry (a config's choice by default)."""
 
-    def __init__(self, kind: str, error: type[Exception] = ValueError) -> None:
+    def __init__(self, kind: str, error: type[UserError] = ConfigError) -> None:
         self.kind = kind
         self.error = error
         self._entries: dict[str, Entry] = {}
@@ -29,13 +40,16 @@ class Registry(Generic[Entry]):
         return entry
 
     def get(self, name: str) -> Entry:
-        if name not in self._entries:
-            raise self.error(f"unknown {self.kind} {name!r}; valid: {', '.join(self.names())}")
+        check_option(self.kind, name, self.names(), self.error)
         return self._entries[name]
 
     def names(self) -> list[str]:
         """Every registered name, sorted."""
         return sorted(self._entries)
+
+    def items(self) -> Iterator[tuple[str, Entry]]:
+        """(name, entry) of every registration, by name."""
+        return ((name, self._entries[name]) for name in self.names())
 
     def __contains__(self, name: object) -> bool:
         return name in self._entries

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
+from attnlab.errors import ConfigError
 from attnlab.training.attention_capture import FILENAME, LINEAR_BINS, LOG10_BINS, check_weights_hist
-from attnlab.training.config import ConfigError
 from attnlab.training.run import run
 from tests.conftest import TINY, TINY_ALGO, compose
 

@@ -261,9 +261,9 @@ def test_explicit_l_max_holds_the_data_and_bounds_decoding():
     # adds decoding room (1.5 x source + 10), which must not force a larger l_max; data longer than l_max must.
     from omegaconf import OmegaConf
 
+    from attnlab.errors import ConfigError
     from attnlab.tasks import TaskData
     from attnlab.training.build import model_config
-    from attnlab.training.config import ConfigError
 
     def task(longest_source):
         pairs = [(list(range(longest_source)), [1, 2, 3]), ([4], [5])]

@@ -90,7 +90,7 @@ def test_no_committed_verdict_is_drawn_between_rows_that_do_not_beat_the_trivial
 @pytest.mark.slow
 def test_committed_baselines_are_what_the_data_gives():
     """Recomputes every baseline from the shared data (7.4 minutes on 2 cores, measured 2026-12-04)."""
-    from attnlab.cli.baselines import write_baselines
+    from attnlab.training.trivial_baselines import write_baselines
     from tests.conftest import require_shared_data
 
     root = require_shared_data("babi/tasks_1-20_v1-2", "multi30k", "samsum")

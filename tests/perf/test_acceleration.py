@@ -9,7 +9,7 @@ from attnlab.training.config import HardwareSchema
 
 
 def test_an_absent_speed_option_resolves_as_the_schema_default_does():
-    """A saved config from before the options (``cli/evaluate.py`` builds the module from it, no schema merged)
+    """A saved config from before the options (``training/evaluation.py`` builds the module from it, no schema merged)
     must get what a new config gets: activation checkpointing was turned on on a GPU for such configs."""
     old = OmegaConf.create({"hardware": {"accelerator": "gpu", "precision": "bf16-mixed"}})
     new = OmegaConf.create({"hardware": {"accelerator": "gpu", "precision": "bf16-mixed",

@@ -132,7 +132,7 @@ def test_batching_benchmark_modes_differ_only_in_how_batches_are_formed():
     from benchmarks.bench_batching import MODES, PRESET
     from omegaconf import OmegaConf
 
-    from attnlab.cli.common import compose_checked
+    from attnlab.training.compose import compose_checked
 
     token, sentence = (OmegaConf.to_container(compose_checked("train", [*PRESET, *extra]), resolve=False)
                        for extra in MODES.values())

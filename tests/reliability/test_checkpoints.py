@@ -204,7 +204,7 @@ def test_auto_resume_falls_back_when_last_is_corrupt(reference, tmp_path):
 
 
 def test_resume_never_refuses_a_folder_with_checkpoints(reference, tmp_path):
-    from attnlab.training.config import ConfigError
+    from attnlab.errors import ConfigError
 
     ref_dir, _ = reference
     with pytest.raises(ConfigError, match="resume=never"):

@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from attnlab.cli.evaluate import evaluate
 from attnlab.cli.evaluate import main as eval_main
 from attnlab.results.record import read_record
+from attnlab.training.evaluation import evaluate
 from tests.reliability.helpers import one_clear_line, run_cli
 
 

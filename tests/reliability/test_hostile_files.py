@@ -63,8 +63,8 @@ def test_a_hostile_record_is_one_line_naming_it_in_publish_and_tables(tmp_path, 
 
 
 def test_baselines_replace_a_cut_file_in_their_output_folder(tmp_path):
-    from attnlab.cli.baselines import write_baselines
     from attnlab.results.baselines import baselines_file
+    from attnlab.training.trivial_baselines import write_baselines
 
     (tmp_path / "runs").mkdir()
     cut = baselines_file(tmp_path / "out", "ut/table4_copy")
@@ -178,7 +178,7 @@ def test_sigterm_while_evaluating_exits_143_without_eval_json(trained_run, tmp_p
 
 
 def test_eval_in_a_folder_it_cannot_write_is_one_line_before_testing(trained_run, monkeypatch, capsys):
-    import attnlab.cli.evaluate as evaluate
+    import attnlab.training.evaluation as evaluate
 
     tested = []
     monkeypatch.setattr(evaluate, "_test", lambda *a: tested.append(a))

@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from attnlab.cli.table import build_tables
-from attnlab.results.errors import TableError
+from attnlab.errors import TableError
 
 # seq_acc per (attention, seed): well apart for qknorm vs vanilla, overlapping for synth_dense vs vanilla
 VALUES = {("vanilla", 1): 0.50, ("vanilla", 2): 0.54, ("vanilla", 3): 0.52,
@@ -78,8 +78,8 @@ def test_a_key_the_runs_do_not_have_is_one_line(sweep, capsys):
 def test_a_claim_typed_as_in_the_shell_reaches_the_table():
     """`attnlab-table ... claim="qknorm > vanilla on test/seq_acc"`: the shell drops the quotes, Hydra's grammar
     refuses the bare spaces and ">"; the command line quotes the value for it."""
-    from attnlab.cli.common import compose
     from attnlab.cli.table import _quoted_claim
+    from attnlab.training.compose import compose
 
     typed = "claim=qknorm's > vanilla on test/seq_acc"
     assert compose("table", [_quoted_claim(typed), "by=model.attention"]).claim == typed.split("=", 1)[1]

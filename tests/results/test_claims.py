@@ -10,9 +10,9 @@ import yaml
 from scipy import stats as scipy_stats
 
 from attnlab.cli.table import build_tables
+from attnlab.errors import SpecError, TableError
 from attnlab.results.build import build_table
 from attnlab.results.claims import HELD, INCONCLUSIVE, NOT_HELD, NOT_RUN, evaluate_claims, interval_status
-from attnlab.results.errors import SpecError, TableError
 from attnlab.results.loading import load_records
 from attnlab.results.paper import load_paper_tables
 from attnlab.results.spec import load_spec, spec_from_dict

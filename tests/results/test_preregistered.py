@@ -8,9 +8,9 @@ import pytest
 import yaml
 from scipy import stats as scipy_stats
 
+from attnlab.errors import SpecError
 from attnlab.results.build import build_table
 from attnlab.results.claims import HELD, INCONCLUSIVE, NOT_RUN, evaluate_claims
-from attnlab.results.errors import SpecError
 from attnlab.results.loading import load_records
 from attnlab.results.paper import load_paper_tables
 from attnlab.results.render.claims import claims_section, render_claims_overview, render_paper_claims

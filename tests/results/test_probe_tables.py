@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from attnlab.errors import SpecError, TableError
 from attnlab.results.build import build_table, metric_value
-from attnlab.results.errors import SpecError, TableError
 from attnlab.results.loading import load_records
 from attnlab.results.paper import PaperTables
 from attnlab.results.spec import spec_from_dict

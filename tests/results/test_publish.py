@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from attnlab.cli.table import build_tables
-from attnlab.results.errors import TableError
+from attnlab.errors import TableError
 from attnlab.results.publish import MAX_ARTIFACT_BYTES, main, publish_runs
 
 

@@ -71,8 +71,8 @@ def test_header_has_every_schema_key_and_reads_the_config_keys():
 
 
 def _old_record_from_wandb(summary, config, state, run_id, url):
-    from attnlab.cli.wandb_source import _STATE, _first
     from attnlab.results.record import config_hash, sanitize_record
+    from attnlab.results.wandb_records import _STATE, _first
 
     final = {k: v for k, v in summary.items() if "/" in k and not k.startswith(("_", "model/params/"))
              and isinstance(v, (int, float)) and not isinstance(v, bool)}
@@ -125,7 +125,7 @@ WANDB_CASES = [
 
 @pytest.mark.parametrize(("summary", "config", "state"), WANDB_CASES)
 def test_wandb_record_equals_the_old_literal(summary, config, state):
-    from attnlab.cli.wandb_source import record_from_wandb
+    from attnlab.results.wandb_records import record_from_wandb
 
     new = record_from_wandb(summary, config, state, "run1", "https://wandb.ai/e/p/runs/run1")
     old = _old_record_from_wandb(summary, config, state, "run1", "https://wandb.ai/e/p/runs/run1")

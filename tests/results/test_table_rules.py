@@ -10,9 +10,9 @@ import subprocess
 import pytest
 import yaml
 
+from attnlab.errors import TableError
 from attnlab.results.build import build_table
 from attnlab.results.claims import evaluate_claims
-from attnlab.results.errors import TableError
 from attnlab.results.listing import Target, estimate, published_runs, table_targets
 from attnlab.results.loading import load_records
 from attnlab.results.lookup import find_completed, search_roots
@@ -313,7 +313,7 @@ def test_a_column_the_paper_has_no_number_for_has_no_paper_column(workspace, put
 
 
 def test_a_note_that_yaml_reads_as_a_mapping_is_refused():
-    from attnlab.results.errors import SpecError
+    from attnlab.errors import SpecError
 
     with pytest.raises(SpecError, match="quote a note that holds ': '"):
         spec_from_dict({**SPEC, "notes": [{"in-distribution": "a row that never learned"}]}, "toy/t1")

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from attnlab.cli.table import build_tables
-from attnlab.results.errors import SpecError, TableError
+from attnlab.errors import SpecError, TableError
 from attnlab.results.loading import load_records
 from attnlab.results.render import render_summary
 from attnlab.results.safe_yaml import UnsafeYamlError, load_yaml

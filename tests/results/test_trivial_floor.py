@@ -12,10 +12,10 @@ import json
 import pytest
 import yaml
 
+from attnlab.errors import SpecError, TableError
 from attnlab.results.baselines import baselines_document, load_table_baselines
 from attnlab.results.build import build_table
 from attnlab.results.claims import HELD, INCONCLUSIVE, NOT_HELD, evaluate_claims
-from attnlab.results.errors import SpecError, TableError
 from attnlab.results.loading import load_records
 from attnlab.results.paper import load_paper_tables
 from attnlab.results.render.markdown import render_markdown

@@ -101,7 +101,8 @@ def test_datamodule_token_loader_yields_collated_batches_within_budget():
 
 
 def test_tokens_per_update_is_a_validated_batch_key(tmp_path):
-    from attnlab.training.config import ConfigError, validate
+    from attnlab.errors import ConfigError
+    from attnlab.training.config import validate
     from tests.conftest import compose
 
     assert compose([], run_dir=tmp_path).batch.tokens_per_update is None

@@ -10,6 +10,8 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
+from attnlab.errors import UserError
+
 
 @dataclass(frozen=True)
 class Capabilities:
@@ -27,7 +29,7 @@ class Capabilities:
     bounded_length: bool = False
 
 
-class AttentionError(ValueError):
+class AttentionError(UserError, ValueError):
     """A configuration or input that a variant cannot serve; the message is one line, ready for users."""
 
 

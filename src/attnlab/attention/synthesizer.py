@@ -31,6 +31,7 @@ from attnlab.attention.base import Attention, AttentionError, Cache, Capabilitie
 from attnlab.attention.capture import emit_dense
 from attnlab.attention.masks import build_allowed_mask, mask_logits
 from attnlab.attention.seeding import layer_seed
+from attnlab.registry import check_option
 
 SYNTH_FNS = ("dense", "linear", "conv3", "conv5", "bottleneck", "glu")
 COMPONENTS = ("dense", "factorized_dense", "random", "fixed_random", "factorized_random", "vanilla")
@@ -120,8 +121,7 @@ class DenseLogits(SynthComponent):
 
     def __init__(self, d_model, num_heads, l_max, *, fn, bottleneck_dim, causal, bias) -> None:
         super().__init__()
-        if fn not in SYNTH_FNS:
-            raise AttentionError(f"unknown synthesizer_fn {fn!r}; valid: {', '.join(SYNTH_FNS)}")
+        check_option("synthesizer_fn", fn, SYNTH_FNS, AttentionError)
         self.fn, self.causal, self.num_heads, self.l_max = fn, causal, num_heads, l_max
         self.kernel = int(fn[4:]) if fn.startswith("conv") else 1
         if fn.startswith("conv"):
@@ -286,6 +286,7 @@ class DotProductLogits(SynthComponent):
 
 
 def build_component(name: str, module: Attention, options) -> SynthComponent:
+    check_option("synthesizer component", name, COMPONENTS, AttentionError)
     d, h, l_max = module.d_model, module.num_heads, module.max_len
     bias = getattr(options, "bias", True)
     if name == "dense":
@@ -306,7 +307,7 @@ def build_component(name: str, module: Attention, options) -> SynthComponent:
         return FactorizedRandomLogits(h, l_max, rank=getattr(options, "rank", 8))
     if name == "vanilla":
         return DotProductLogits(d, h, bias=bias)
-    raise AttentionError(f"unknown synthesizer component {name!r}; valid: {', '.join(COMPONENTS)}")
+    raise AssertionError(f"component {name!r} is listed in COMPONENTS but not built here")
 
 
 class SynthesizerAttention(Attention):

@@ -1,1 +1,1 @@
-"""Command-line entry points: thin ``@hydra.main`` wrappers over library functions."""
+"""Command-line entry points: each parses its arguments, calls the library, reports (``common.failures_reported``)."""

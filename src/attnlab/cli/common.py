@@ -1,20 +1,15 @@
-"""What every CLI shares: composing and checking a config up front, and one-line failures."""
+"""What every CLI shares: quiet libraries, Hydra's flags and one-line failures (``failures_reported``); composing
+and checking a config is ``training.compose``."""
 
 from __future__ import annotations
 
-import re
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import NoReturn
 
-from omegaconf import DictConfig, OmegaConf
-
-from attnlab.training.launch import log_file_name, shared_run_id
-
-# The run folder's log file, per process of a DDP run (hydra/job_logging/attnlab.yaml): every CLI imports this
-# module before Hydra configures logging.
-OmegaConf.register_new_resolver("attnlab_log_file", lambda: log_file_name(), replace=True)
-# The run's name, the same in every rank of a launch (paths.run_id, the multirun folder).
-OmegaConf.register_new_resolver("attnlab_run_id", lambda: shared_run_id(), replace=True)
-
+from attnlab.errors import RunFault
+from attnlab.training.compose import USER_ERRORS, one_line  # the import registers the configs' resolvers
 
 
 def _matplotlib_config_dir_usable() -> None:
@@ -62,147 +57,33 @@ def quiet_lightning() -> None:
             logger.removeHandler(handler)
 
 
-def _loaded(module: str, name: str) -> tuple[type[BaseException], ...]:
-    """``module.name`` if that module is imported, else nothing: an exception can only have been raised by a
-    module that is loaded, and importing torch or Lightning to name a class would cost seconds per refusal."""
-    mod = sys.modules.get(module)
-    return (getattr(mod, name),) if mod is not None else ()
+REPORTED: tuple[type[BaseException], ...] = (*USER_ERRORS, RunFault)
 
 
-def user_errors() -> tuple[type[BaseException], ...]:
-    """Exceptions that mean bad input (config, data, checkpoint), reported as one line."""
-    from hydra.errors import HydraException
-    from omegaconf.errors import OmegaConfBaseException
-    from yaml import YAMLError
-
-    from attnlab.errors import ConfigError
-
-    return (ConfigError, *_loaded("attnlab.tasks.base", "DataError"),
-            *_loaded("attnlab.attention.base", "AttentionError"),
-            *_loaded("attnlab.training.checkpointing", "CheckpointError"), HydraException, OmegaConfBaseException,
-            FileNotFoundError, YAMLError)
+def exit_code(exc: BaseException) -> int:
+    """2 for bad input, 1 for a fault of the run (``RunFault``: a NaN loss, a full disk)."""
+    return 1 if isinstance(exc, RunFault) else 2
 
 
-def run_errors() -> tuple[type[BaseException], ...]:
-    """Faults of a run that are not bad input (a NaN loss, a full disk), also reported as one line."""
-    return (*_loaded("attnlab.training.faults", "NonFiniteLoss"), *_loaded("attnlab.training.storage", "StorageError"))
+@contextmanager
+def failures_reported(prog: str | None = None, *, before_run: bool = False) -> Iterator[None]:
+    """The one failure wrapper of the commands (as lightning-hydra-template's ``task_wrapper``), as a ``with``
+    block or a decorator: a ``UserError`` (or a config parse error) ends the command with one line on stderr
+    and exit code 2, a ``RunFault`` with one line and exit code 1; anything else is a bug and keeps its
+    traceback. Classes are matched by their root, never by name, so a renamed or new error is reported too.
+    ``before_run``: checks before anything ran, where a folder that cannot take the run is the user's to fix
+    too (exit 2)."""
+    try:
+        yield
+    except REPORTED as exc:
+        fail(one_line(exc), code=2 if before_run else exit_code(exc), prog=prog)
 
 
-def one_line(exc: BaseException) -> str:
-    """A single line for users, rewritten from Hydra's multi-line messages where they are known."""
-    text = str(exc).strip()
-    if type(exc).__module__.startswith("yaml"):  # a config file that is not plain YAML (a python/... tag)
-        mark, problem = getattr(exc, "problem_mark", None), getattr(exc, "problem", None)
-        where = f"{mark.name}, line {mark.line + 1}" if mark is not None else "a config file"
-        problem = problem or text.splitlines()[0]
-        tag = "; configs are plain YAML (tags that build Python objects are never run)" if "tag" in problem else ""
-        return f"{where}: {problem}{tag}"
-    override = getattr(exc, "override", None)
-    if exc.__class__.__name__ == "OverrideParseException" and override is not None:
-        first = text.splitlines()[0] if text else "cannot parse"
-        if "=" not in override:
-            return (f"argument {override!r} is not key=value ({first}); a value with spaces must be quoted for the "
-                    f"shell as a whole: \"paths.data_root=/my data\"")
-        return (f"cannot parse {override!r}: {first}; quote a value with spaces or special characters for Hydra "
-                f"too: 'key=\"value\"'")
-    cause = exc.__cause__ or exc.__context__
-    if cause is not None and "not in struct" in str(cause):
-        text = f"{text}\n{cause}"  # Hydra keeps the useful part ("Key 'x' is not in struct") in the cause
-    missing = re.search(r"Could not find '([^']+)'", text)
-    if missing:
-        options = re.findall(r"^\t(\S+)$", text, flags=re.M)
-        group = missing.group(1).rsplit("/", 1)[0]
-        if not options:  # options in family folders (task=mt/...): Hydra lists none, so list the files
-            group, options = _options_in_folders(missing.group(1))
-        valid = ", ".join(options) if options else "see conf/" + group
-        return f"unknown option '{missing.group(1)}'; valid options of {group}: {valid}"
-    struct = re.search(r"Could not override '([^']+)'.*?Key '([^']+)' is not in struct", text, flags=re.S)
-    if struct:
-        key = struct.group(1)
-        parent = key.rsplit(".", 1)[0] if "." in key else "the root config"
-        return f"unknown key '{key}' (misspelled?); see the keys of {parent} with: attnlab-train --cfg job"
-    if "Key '" in text and "not in struct" in text:
-        return text.splitlines()[0] + " (misspelled key?)"
-    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
-    return lines[0] if lines else exc.__class__.__name__
-
-
-def _options_in_folders(name: str) -> tuple[str, list[str]]:
-    """(group, options) for an unknown ``group/folder/.../option``: the options under the deepest folder of the
-    name that exists, written as the user writes them after ``group=`` (``task=superglue/nope`` lists
-    ``superglue/boolq, ...``; ``task=nope`` lists every task)."""
-    from pathlib import Path
-
-    import attnlab.conf
-
-    conf = Path(attnlab.conf.__file__).parent
-    group, *folders = name.split("/")[:-1] or [name]
-    folders = [f for f in folders if f not in ("", ".", "..")]  # the listing never leaves the config tree
-    root = conf / group
-    if group in ("", ".", "..") or not root.is_dir():
-        return group, []
-    base = root
-    for folder in folders:
-        if not (base / folder).is_dir():
-            break
-        base = base / folder
-    return group, sorted(str(p.relative_to(root).with_suffix("")) for p in base.rglob("*.yaml"))
-
-
-def check_group_choices(overrides: list[str]) -> None:
-    """A group choice (``experiment=...``, ``model/attention=...``) names a file under its folder of the config
-    tree: refuse ``..`` and absolute paths before Hydra (or an error message) follows them out of the tree."""
-    import re
-    from pathlib import Path
-
-    import attnlab.conf
-    from attnlab.training.config import ConfigError
-
-    conf = Path(attnlab.conf.__file__).parent
-    for override in overrides:
-        if "=" not in override or override.startswith("-"):
-            continue
-        key, value = override.split("=", 1)
-        key = key.lstrip("+~").split("@", 1)[0]
-        if "." in key or not key or not ((conf / key).is_dir() or key.startswith("hydra/")):
-            continue
-        parts = re.split(r"[,/()\[\]\s'\"]+", value)
-        if ".." in parts or value.lstrip("'\"").startswith("/") or "\\" in value:
-            root = conf / key
-            options = sorted(str(p.relative_to(root).with_suffix("")) for p in root.rglob("*.yaml")) \
-                if root.is_dir() else []
-            valid = ", ".join(options) if options else f"see conf/{key}"
-            raise ConfigError(f"{key}={value!r}: a choice of {key} names a preset under conf/{key} (no '..' or "
-                              f"absolute paths); valid options of {key}: {valid}")
-
-
-def fail(message: str, code: int = 2) -> None:
-    prog = sys.argv[0].rsplit("/", 1)[-1] if sys.argv and sys.argv[0] else "attnlab"
-    if prog.endswith(".py") or prog in ("-m", "-c", "__main__.py"):
-        prog = "attnlab"
+def fail(message: str, code: int = 2, prog: str | None = None) -> NoReturn:
+    """``<prog>: error: <message>`` on stderr and exit ``code``; ``prog`` defaults to the command as invoked."""
+    if prog is None:
+        prog = sys.argv[0].rsplit("/", 1)[-1] if sys.argv and sys.argv[0] else "attnlab"
+        if prog.endswith(".py") or prog in ("-m", "-c", "__main__.py"):
+            prog = "attnlab"
     print(f"{prog}: error: {message}", file=sys.stderr)
     raise SystemExit(code)
-
-
-def compose(config_name: str, overrides: list[str], *, with_hydra: bool = False) -> DictConfig:
-    """The config Hydra composes for ``config_name`` (plus Hydra's own section with ``with_hydra``, named
-    as ``@hydra.main`` in ``cli/<config_name>.py`` names its job)."""
-    from hydra import compose as hydra_compose
-    from hydra import initialize_config_module
-    from hydra.core.global_hydra import GlobalHydra
-
-    GlobalHydra.instance().clear()
-    with initialize_config_module(config_module="attnlab.conf", version_base="1.3", job_name=config_name):
-        return hydra_compose(config_name=config_name, overrides=overrides, return_hydra_config=with_hydra)
-
-
-def compose_checked(config_name: str, overrides: list[str]) -> DictConfig:
-    """Compose, apply the scale and validate (the root keys too), as the run will; raises the user errors
-    above. Neither Lightning nor the model is needed for that (benchmarks/bench_refusal.py times it)."""
-    from attnlab.training.config import validate
-    from attnlab.training.scale import apply_scale
-
-    cfg = compose(config_name, overrides)
-    apply_scale(cfg, overrides)
-    validate(cfg)
-    return cfg

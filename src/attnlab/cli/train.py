@@ -14,6 +14,7 @@ record (``status: failed`` and why) and wandb is closed, so a multirun goes on w
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import shlex
@@ -26,17 +27,30 @@ from omegaconf import DictConfig
 
 from attnlab.cli.common import (
     HYDRA_FLAGS,
-    check_group_choices,
-    compose,
-    compose_checked,
+    REPORTED,
+    USER_ERRORS,
+    exit_code,
     fail,
+    failures_reported,
     one_line,
     quiet_lightning,
-    run_errors,
-    user_errors,
 )
-from attnlab.results.record import CHECKPOINTS_DIR, RECORD_FILENAME, RESOLVED_CONFIG
+from attnlab.results.record import RECORD_FILENAME, RESOLVED_CONFIG
+from attnlab.training.compose import check_group_choices, compose, compose_checked
 from attnlab.training.launch import is_launch_rank_zero
+from attnlab.training.preflight import (
+    RUN_DIR_PARTS,
+    check_devices_present,
+    check_no_spawned_processes,
+    check_resume_keeps_the_config,
+    check_sweep_group_choices,
+    check_sweep_resumes_keep_their_configs,
+    check_sweep_spawns_no_processes,
+    fixed_overrides,
+    given,
+    planned_dir,
+    planned_run_dir,
+)
 
 log = logging.getLogger("attnlab")
 
@@ -90,13 +104,13 @@ def train_job(cfg: DictConfig) -> dict | None:
     if multirun:
         try:  # main() refused such a sweep already; this catches a choice it could not expand (a range)
             check_no_spawned_processes(cfg)
-        except user_errors() as exc:
+        except USER_ERRORS as exc:
             log.error("job failed: %s", exc)
             _FAILED_JOBS[out] = str(exc)
             return
     try:
         if multirun:  # main() checked a single run's folder before Hydra made it
-            check_inside(out, hc.sweep.dir, _RUN_DIR_PARTS, "hydra.sweep.dir")
+            check_inside(out, hc.sweep.dir, RUN_DIR_PARTS, "hydra.sweep.dir")
         check_run_folder_entries(out)
         lock = RunFolderLock(out).acquire()  # one run per folder; released however this job ends
     except StorageError as exc:  # a live owner, a planted link, a job folder outside: write nothing there
@@ -117,13 +131,13 @@ def train_job(cfg: DictConfig) -> dict | None:
     except KeyboardInterrupt:  # a Ctrl-C that run() could not turn into a record (a second one, mid-shutdown)
         fail(f"interrupted (Ctrl-C); rerun the same command to resume from the newest checkpoint in "
              f"{Path(out) / 'checkpoints'}, if there is one{sweep_resume_hint(hc, multirun)}", code=130)
-    except user_errors() + run_errors() as exc:
+    except REPORTED as exc:
         reason = _record_failure(cfg, out, command, one_line(exc))
         if multirun:
             log.error("job failed: %s", reason)
             _FAILED_JOBS[out] = reason
             return
-        fail(reason, code=2 if isinstance(exc, user_errors()) else 1)
+        fail(reason, code=exit_code(exc))
     except Exception as exc:
         reason = _record_failure(cfg, out, command, f"{exc.__class__.__name__}: {one_line(exc)}")
         if multirun:
@@ -158,32 +172,17 @@ def _run_as_other_rank(cfg: DictConfig, out: str, command: str, overrides: list[
     from attnlab.training.run import run
 
     try:
-        run(cfg, run_dir=out, command=command, cli_overrides=overrides)
+        with failures_reported():
+            run(cfg, run_dir=out, command=command, cli_overrides=overrides)
     except Preempted as exc:
         fail(str(exc), code=128 + int(exc.signum))
-    except user_errors() + run_errors() as exc:
-        fail(one_line(exc), code=2 if isinstance(exc, user_errors()) else 1)
-
-
-def check_no_spawned_processes(cfg: DictConfig) -> None:
-    """A sweep (``-m``) may not ask Lightning to start processes: each child it starts reruns the command,
-    i.e. the whole sweep. Multi-device sweeps go through torchrun or SLURM tasks, which start every rank."""
-    from attnlab.training.config import ConfigError
-    from attnlab.training.launch import processes_started_outside
-
-    world = int(cfg.hardware.devices) * int(cfg.hardware.num_nodes)
-    if world > 1 and not processes_started_outside():
-        raise ConfigError(
-            f"a -m sweep cannot run hardware={cfg.hardware.name} ({world} processes): Lightning would start "
-            f"each process by rerunning the whole sweep; run one configuration per command, or launch the "
-            f"sweep's ranks with torchrun (torchrun --nproc_per_node={cfg.hardware.devices} -m attnlab.train "
-            f"-m ...) or SLURM (hydra/launcher=submitit_slurm_attnlab)")
 
 
 # Jobs of a sweep that failed in this process ({run folder: reason}); jobs of other launchers (joblib, SLURM)
 # are found by their failed records. A sweep with any exits non-zero after listing them.
 _FAILED_JOBS: dict[str, str] = {}
-# What the checks before Hydra found to say (INFO): logged by the job, into its console and train.log.
+# What the checks before Hydra allowed and say so (INFO, e.g. a resumed run's changed keys): logged by the job, into
+# its console and train.log (Hydra configures logging only when the job starts).
 _SAY_WHEN_LOGGING: list[str] = []
 
 
@@ -202,7 +201,7 @@ def save_config_that_runs(cfg: DictConfig, overrides: list[str], hydra_dir: Path
     before the scale is kept as ``.hydra/config_before_scale.yaml``."""
     from omegaconf import OmegaConf
 
-    from attnlab.results.record import BEFORE_SCALE_CONFIG, RESOLVED_CONFIG, atomic_write_text
+    from attnlab.results.record import BEFORE_SCALE_CONFIG, atomic_write_text
     from attnlab.training.scale import apply_scale
 
     before = OmegaConf.to_yaml(cfg)
@@ -230,11 +229,9 @@ def show_config(argv: list[str]) -> bool:
 
     from attnlab.training.scale import apply_scale
 
-    try:
+    with failures_reported():
         cfg = compose("train", args.overrides, with_hydra=True)
         apply_scale(cfg, args.overrides)
-    except user_errors() as exc:
-        fail(one_line(exc))
     HydraConfig.instance().set_config(cfg)  # as Hydra does, so ${hydra:...} resolves
     OmegaConf.set_readonly(cfg.hydra, None)
     if args.cfg == "job":
@@ -259,10 +256,8 @@ def show_config(argv: list[str]) -> bool:
 def main(argv: list[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
     _SAY_WHEN_LOGGING.clear()
-    try:
+    with failures_reported():
         check_group_choices(argv)
-    except user_errors() as exc:
-        fail(one_line(exc))
     if show_config(argv):
         return
     plain_run = not any(a in HYDRA_FLAGS or a.startswith(tuple(f + "=" for f in HYDRA_FLAGS)) for a in argv)
@@ -275,41 +270,35 @@ def main(argv: list[str] | None = None) -> None:
             check_run_folder_entries,
         )
 
-        try:
+        with failures_reported(before_run=True):
             checked = compose_checked("train", argv)
             check_devices_present(checked)
-            run_dir = Path(_planned_run_dir(argv))
-            if not _given(argv, "hydra.run.dir"):
-                check_inside(run_dir, str(checked.paths.runs_dir), _RUN_DIR_PARTS)
+            run_dir = Path(planned_run_dir(argv))
+            if not given(argv, "hydra.run.dir"):
+                check_inside(run_dir, str(checked.paths.runs_dir), RUN_DIR_PARTS)
             check_can_create(run_dir)
             check_run_folder_entries(run_dir)
-        except user_errors() + run_errors() as exc:
-            fail(one_line(exc))
         owner = RunFolderLock.owner(run_dir)
         if owner is not None:
             fail(busy_message(run_dir, owner))
-        try:
-            check_resume_keeps_the_config(checked, run_dir)
-        except user_errors() as exc:
-            fail(one_line(exc))
+        with failures_reported():
+            _SAY_WHEN_LOGGING.extend(check_resume_keeps_the_config(checked, run_dir))
     multirun = any(a in ("-m", "--multirun") for a in argv)
     if multirun and is_launch_rank_zero():
         from attnlab.training.storage import check_inside
 
-        try:
-            if not _given(argv, "hydra.sweep.dir"):
-                check_inside(_planned_dir(argv, "sweep"), str(compose("train", _fixed(argv)).paths.runs_dir),
+        with failures_reported(before_run=True):
+            if not given(argv, "hydra.sweep.dir"):
+                check_inside(planned_dir(argv, "sweep"), str(compose("train", fixed_overrides(argv)).paths.runs_dir),
                              "hydra.sweep.dir's parts")
             check_sweep_group_choices(argv)
             check_sweep_spawns_no_processes(argv)
-            check_sweep_resumes_keep_their_configs(argv)
-        except user_errors() as exc:
-            fail(one_line(exc))
+            _SAY_WHEN_LOGGING.extend(check_sweep_resumes_keep_their_configs(argv))
     if multirun and not any(a.startswith("hydra.sweep.dir=") for a in argv):
-        try:  # name the sweep folder now (as Hydra would), to find its failed jobs afterwards
-            argv = [*argv, f'hydra.sweep.dir="{_planned_dir(argv, "sweep")}"']
-        except user_errors():
-            pass  # Hydra itself reports what is wrong with the command
+        # Name the sweep folder now (as Hydra would), to find its failed jobs afterwards; where the command is
+        # wrong, Hydra itself reports it.
+        with contextlib.suppress(*USER_ERRORS):
+            argv = [*argv, f'hydra.sweep.dir="{planned_dir(argv, "sweep")}"']
     os.environ.setdefault("HYDRA_FULL_ERROR", "0")
     sys.argv = [sys.argv[0], *argv]
     _FAILED_JOBS.clear()
@@ -323,161 +312,6 @@ def main(argv: list[str] | None = None) -> None:
             for folder, reason in sorted(failed.items()):
                 print(f"  {folder}: {reason}", file=sys.stderr)
             raise SystemExit(1)
-
-
-def check_resume_keeps_the_config(cfg: DictConfig, run_dir: Path) -> None:
-    """Rerunning a command resumes its run folder: refuse a changed training key (the record would describe one
-    run made of two configurations), name what may change (``training.config.RESUMABLE_CHANGES``) in the log.
-    Compares the scaled config with the one the folder's run saved (``.hydra/config.yaml``)."""
-    from omegaconf import OmegaConf
-
-    from attnlab.training.checkpointing import has_checkpoints
-    from attnlab.training.config import ConfigError, resume_config_changes
-
-    saved = run_dir / RESOLVED_CONFIG
-    if cfg.get("ckpt_path") or cfg.get("resume", "auto") != "auto" or not saved.is_file() \
-            or not has_checkpoints(run_dir / CHECKPOINTS_DIR):
-        return
-    try:
-        before = OmegaConf.to_container(OmegaConf.load(saved), resolve=False)
-    except Exception:  # noqa: BLE001 - an unreadable saved config cannot be compared; the run itself decides
-        return
-    changed, allowed = resume_config_changes(before, OmegaConf.to_container(cfg, resolve=False))
-    if changed:
-        shown = "; ".join(f"{key}: {old!r} -> {new!r}" for key, old, new in changed[:4])
-        more = f" (and {len(changed) - 4} more)" if len(changed) > 4 else ""
-        raise ConfigError(f"{run_dir} holds a run of another configuration, and resuming it would make one record "
-                          f"of two: {shown}{more}; rerun with its values, or start a new run (another "
-                          f"paths.run_id)")
-    if allowed:  # said once the run's log exists (Hydra configures logging only when the job starts)
-        _SAY_WHEN_LOGGING.append(f"resuming {run_dir} with "
-                                 + ", ".join(f"{k} {o!r} -> {n!r}" for k, o, n in allowed) + " changed")
-
-
-def check_sweep_group_choices(argv: list[str]) -> None:
-    """Every value of a swept config group (``model/attention=vanilla,synth_dense``) names an option: Hydra
-    composes a job only when it launches it, and a missing option then ends the whole sweep with a traceback
-    (jobs before it done, the rest never started). Refused here in one line, before any job starts. Values
-    (``optim.lr=0.1,oops``) are checked by each job, which fails alone and is named at the end."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
-    import attnlab.conf
-    from attnlab.training.config import ConfigError
-
-    plain = [a for a in argv if not a.startswith("-")]
-    parsed = OverridesParser.create().parse_overrides(plain)
-    fixed = [a for a, o in zip(plain, parsed) if not o.is_sweep_override()]
-    conf = Path(attnlab.conf.__file__).parent
-    for override in parsed:
-        key = override.get_key_element()
-        group = key.lstrip("+~").split("@", 1)[0]
-        if not (override.is_sweep_override() and override.is_discrete_sweep()) or "." in group \
-                or ("/" not in group and not (conf / group).is_dir()):
-            continue  # a value sweep (optim.lr, seed), or a range / interval
-        for value in override.sweep_string_iterator():
-            try:
-                compose("train", [*fixed, f"{key}={value}"])
-            except user_errors() as exc:
-                raise ConfigError(f"sweep choice {key}={value}: {one_line(exc)}; no job was started") from None
-
-
-def check_sweep_resumes_keep_their_configs(argv: list[str]) -> None:
-    """A sweep into a folder that holds an earlier sweep (the same ``hydra.sweep.dir``: a resubmitted or
-    continued sweep) resumes each job's folder: ``check_resume_keeps_the_config`` for every job whose folder
-    exists, before Hydra starts (it rewrites a job's ``.hydra/config.yaml`` before the job runs, so the job
-    itself could no longer see what its folder's run was)."""
-    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-    from omegaconf import OmegaConf, open_dict
-
-    from attnlab.training.config import ConfigError
-    from attnlab.training.storage import StorageError, check_inside, check_run_folder_entries
-
-    sweep_dir = Path(_planned_dir(argv, "sweep").strip("'\""))
-    plain = [a for a in argv if not a.startswith("-")]
-    batches = BasicSweeper.split_arguments(OverridesParser.create().parse_overrides(plain), None)
-    for number, job in enumerate(job for batch in batches for job in batch):
-        layout = compose("train", job, with_hydra=True)
-        with open_dict(layout):
-            OmegaConf.update(layout, "hydra.job.num", number, force_add=True)
-        job_dir = sweep_dir / str(layout.hydra.sweep.subdir)
-        try:
-            check_inside(job_dir, sweep_dir, "run_name or an interpolation in it", "hydra.sweep.dir")
-        except StorageError as exc:
-            raise ConfigError(f"sweep job {number} ({' '.join(job)}): {exc}; no job was started") from None
-        if job_dir.is_dir():
-            try:
-                check_run_folder_entries(job_dir)  # Hydra rewrites the job's .hydra/*.yaml before the job can look
-                check_resume_keeps_the_config(compose_checked("train", job), job_dir)
-            except (ConfigError, StorageError) as exc:
-                raise ConfigError(f"sweep job {number} ({' '.join(job)}): {exc}") from None
-
-
-def check_devices_present(cfg: DictConfig) -> None:
-    """A GPU preset on a machine without the GPUs it asks for: one line naming the fix, before any folder
-    exists (Lightning would fail after the folder is made, with a traceback)."""
-    from attnlab.training.config import ConfigError
-
-    if cfg.hardware.accelerator not in ("gpu", "cuda"):
-        return
-    import torch
-
-    have = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    if have < int(cfg.hardware.devices):
-        found = "no CUDA GPU" if have == 0 else f"{have} CUDA GPU(s)"
-        raise ConfigError(f"hardware={cfg.hardware.name} asks for {cfg.hardware.devices} GPU(s) but this machine has "
-                          f"{found}; use hardware=cpu (or cpu_bf16), or run on a machine with the GPUs")
-
-
-def check_sweep_spawns_no_processes(argv: list[str]) -> None:
-    """Before a sweep starts: refuse it (``check_no_spawned_processes``) if any of its hardware choices asks
-    for several processes that Lightning would start itself. A SLURM launcher starts every rank as a task."""
-    import itertools
-
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
-    plain = [a for a in argv if not a.startswith("-")]
-    if any(a.startswith("hydra/launcher=submitit") for a in plain):
-        return
-    parsed = OverridesParser.create().parse_overrides(plain)
-    fixed = [a for a, o in zip(plain, parsed) if not o.is_sweep_override()]
-    choices = []
-    for o in parsed:
-        if o.is_sweep_override() and o.get_key_element().lstrip("+~").startswith("hardware"):
-            values = [str(v) for v in o.sweep_string_iterator()] if o.is_discrete_sweep() else []
-            choices.append([f"{o.get_key_element()}={v}" for v in values] or [None])
-    for combination in itertools.product(*choices) if choices else [()]:
-        cfg = compose("train", [*fixed, *(c for c in combination if c is not None)])
-        check_no_spawned_processes(cfg)
-
-
-# What a run folder's name is made of, for the line that refuses one outside paths.runs_dir.
-_RUN_DIR_PARTS = "task name, run_name, paths.run_id or an interpolation in them"
-
-
-def _given(argv: list[str], key: str) -> bool:
-    """Whether the user's command line sets ``key`` itself (then its folder is theirs to choose)."""
-    return any(a.lstrip("+").startswith(key + "=") for a in argv)
-
-
-def _fixed(argv: list[str]) -> list[str]:
-    """The overrides of ``argv`` that are neither flags nor sweeps."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
-    plain = [a for a in argv if not a.startswith("-")]
-    parsed = OverridesParser.create().parse_overrides(plain)
-    return [a for a, o in zip(plain, parsed) if not o.is_sweep_override()]
-
-
-def _planned_run_dir(argv: list[str]) -> str:
-    """Where Hydra will put this single run (timestamps may differ by a second; only the parent matters)."""
-    return _planned_dir(argv, "run")
-
-
-def _planned_dir(argv: list[str], mode: str) -> str:
-    """``hydra.run.dir`` or ``hydra.sweep.dir`` as Hydra will resolve it (sweep values and flags left out)."""
-    cfg = compose("train", _fixed(argv), with_hydra=True)
-    return str(cfg.hydra.run.dir if mode == "run" else cfg.hydra.sweep.dir)
 
 
 def _failed_records(argv: list[str], since: float) -> dict[str, str]:

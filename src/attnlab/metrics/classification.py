@@ -15,6 +15,8 @@ from torchmetrics.functional.classification import (
     multiclass_f1_score,
 )
 
+from attnlab.registry import check_option
+
 # Names a task may list in ``TaskData`` metric settings, each with what it computes.
 METRICS = {
     "acc": "accuracy",
@@ -28,9 +30,8 @@ METRICS = {
 
 def classification_scores(predictions: Sequence[float], labels: Sequence[float], names: Sequence[str],
                           num_classes: int) -> dict[str, float]:
-    unknown = sorted(set(names) - set(METRICS))
-    if unknown:
-        raise ValueError(f"unknown classification metric {unknown[0]!r}; valid: {', '.join(METRICS)}")
+    for name in sorted(names):
+        check_option("classification metric", name, METRICS)
     if not labels:
         return {}
     out: dict[str, float] = {}

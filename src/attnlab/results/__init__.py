@@ -3,8 +3,8 @@
 Knows nothing of torch models: imports neither torch, Lightning, Hydra nor wandb.
 """
 
+from attnlab.errors import SpecError, TableError
 from attnlab.results.build import build_table
-from attnlab.results.errors import SpecError, TableError
 from attnlab.results.paper import PaperTables, load_paper_tables
 from attnlab.results.record import (
     SCHEMA_VERSION,

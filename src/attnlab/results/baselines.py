@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from attnlab.results.errors import TableError
+from attnlab.errors import TableError
 
 BASELINES_FOLDER = "baselines"  # beside results/runs
 

@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from attnlab.errors import TableError
 from attnlab.results.baselines import TableBaselines
 from attnlab.results.configs import config_groups, differing_keys, get_field
-from attnlab.results.errors import TableError
 from attnlab.results.loading import Corrupt, Loaded
 from attnlab.results.paper import NOT_FOUND, PaperTable, PaperTables, PaperTablesError
 from attnlab.results.record import UNFINISHED

@@ -23,8 +23,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from attnlab.errors import TableError
 from attnlab.results.configs import get_field
-from attnlab.results.errors import TableError
 from attnlab.results.loading import Loaded, load_records
 from attnlab.results.record import atomic_write_text
 

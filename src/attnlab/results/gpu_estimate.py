@@ -24,7 +24,7 @@ Nothing here ran on a GPU: the estimate is FLOPs over an assumed throughput, sta
   by its layer applications over its layers (the host-bound part launches kernels per application). A BigBird row
   is costed at the measured sparse path: its compute time x 11.1, full attention's 462k tokens/s over the blocked
   kernel's 41.6k at 4096 tokens on the same H200 (the compiled flex path did not run there).
-The arithmetic is here (no torch, no data); ``cli/gpu_estimate.py`` composes the presets, samples their data and
+The arithmetic is here (no torch, no data); ``training/gpu_estimates.py`` composes the presets, samples their data and
 writes the file (``make gpu-estimates``).
 """
 

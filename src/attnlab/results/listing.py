@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from attnlab.results.errors import SpecError
+from attnlab.errors import SpecError
 from attnlab.results.spec import TableSpec, list_specs, load_spec
 
 # Folders that hold a pipeline, not one table's rows: listed through T5_TARGETS instead.

@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from attnlab.errors import TableError
 from attnlab.results.configs import header_disagreement, seedless_config
-from attnlab.results.errors import TableError
 from attnlab.results.record import RecordError, find_records, load_json, validate_record
 
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from attnlab.errors import UserError
 from attnlab.results.safe_yaml import UnsafeYamlError, load_yaml
 
 ENV_VAR = "ATTNLAB_PAPER_TABLES"
@@ -20,7 +21,7 @@ CONFIDENCE_LEVELS = ("double-checked", "single-source", "uncertain")
 NOT_FOUND = "n/a (paper_tables.yaml not found)"
 
 
-class PaperTablesError(Exception):
+class PaperTablesError(UserError):
     """paper_tables.yaml exists but is not usable, or a spec names a table or row it lacks."""
 
 

@@ -27,6 +27,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from attnlab.errors import UserError
 from attnlab.results.configs import header_disagreement
 from attnlab.results.record import (
     ATTENTION_DIR,
@@ -56,7 +57,7 @@ MAX_ARTIFACT_BYTES = 2_000_000
 _STATUS_RANK = {"completed": 0, "failed": 1}
 
 
-class PublishError(Exception):
+class PublishError(UserError):
     """A record that cannot be published; the message is one line."""
 
 

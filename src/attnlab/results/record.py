@@ -35,6 +35,8 @@ from pathlib import Path
 from types import UnionType
 from typing import Any
 
+from attnlab.errors import UserError
+
 SCHEMA_VERSION = 1
 # running: the process is (or was, if it was killed outright) training; interrupted: it stopped on a signal or
 # Ctrl-C after saving, and the same command resumes it.
@@ -58,7 +60,7 @@ PONDER_DIR = "ponder"  # per-position step counts of an adaptive-computation mod
 ATTENTION_DIR = "attention"  # attention-weight histograms (training/attention_capture.py)
 
 
-class RecordError(Exception):
+class RecordError(UserError):
     """A run record that cannot be read or is not a valid record; the message is one line."""
 
 

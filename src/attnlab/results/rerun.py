@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from attnlab.errors import UserError
 from attnlab.results.configs import differing_keys, seedless_config
 from attnlab.results.loading import Loaded, load_records
 from attnlab.results.lookup import PUBLISHED_ENV, SKIP_ENV
@@ -59,7 +60,7 @@ IDENTICAL, WITHIN_STD, WITHIN_RANGE, OUTSIDE, NO_SPREAD = (
 )
 
 
-class RerunError(Exception):
+class RerunError(UserError):
     """Bad input or a rerun that produced no record; the message is one line."""
 
 

@@ -12,12 +12,14 @@ from typing import Any
 
 import yaml
 
+from attnlab.errors import UserError
+
 # The largest spec and paper_tables.yaml of this repo expand to a few thousand nodes; a thousand times
 # that is still nothing to hold in memory, and a bomb of ten levels of ten aliases is 10^10.
 MAX_EXPANDED_NODES = 2_000_000
 
 
-class UnsafeYamlError(ValueError):
+class UnsafeYamlError(UserError, ValueError):
     """Not valid YAML, or YAML whose aliases expand beyond :data:`MAX_EXPANDED_NODES`; one line."""
 
 

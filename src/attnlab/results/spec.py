@@ -46,6 +46,7 @@ as T5 averages GLUE)::
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import math
 import os
@@ -54,7 +55,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from attnlab.results.errors import SpecError
+from attnlab.errors import SpecError
 from attnlab.results.safe_yaml import UnsafeYamlError, load_yaml
 
 
@@ -67,7 +68,7 @@ class MetricSpec:
     paper_key: str | None = None
     paper_scale: float = 1.0
     digits: int = 2
-    source: str = "final"  # which part of metrics: final | best
+    source: str = field(default="final", metadata={"key": "from"})  # which part of metrics: final | best
     match: dict[str, Any] = field(default_factory=dict)  # records of this column only (on top of the row's)
     mean_of: list[Any] | None = None  # labels of other metrics (nested lists averaged first)
     paper_part: int | None = None  # 1 or 2: which number of a paper cell printed as a pair ("F1/acc", "F1a/EM")
@@ -114,7 +115,7 @@ class Requirement:
     (e.g. "UT above the Transformer" says something once either row does better than a context-free output).
     """
 
-    rows: tuple[str, ...]
+    rows: tuple[str, ...] = field(metadata={"key": "row"})
     field: str  # a dotted record field, e.g. extra.attention_coverage.attended_fraction_mean
     at_most: float | None = None
     at_least: float | None = None
@@ -202,7 +203,7 @@ class PreregisteredSpec:
     """
 
     date: str  # YYYY-MM-DD
-    n: int
+    n: int = field(metadata={"key": None})  # how many seeds: given by ``seeds``
     seeds: tuple[int, ...] | None
     sizing: str
 
@@ -213,7 +214,7 @@ class PreregisteredSpec:
 
 @dataclass
 class TableSpec:
-    name: str
+    name: str = field(metadata={"key": None})  # <paper>/<table>, from the file's place
     title: str
     metrics: list[MetricSpec]
     rows: list[RowSpec]
@@ -225,7 +226,7 @@ class TableSpec:
     claims: list[ClaimSpec] = field(default_factory=list)
     laptop: LaptopSpec | None = None
     gpu: GpuSpec | None = None
-    path: Path | None = None
+    path: Path | None = field(default=None, metadata={"key": None})
     # paper: a table of a paper, built from preset runs of that paper's table | probe: a mechanism probe
     # (experiments/probes/), built only from runs of probe presets (experiment names under PROBE_PREFIX) and
     # never from a paper table's runs, nor the reverse; probe_of names the experiments folder it probes.
@@ -242,25 +243,37 @@ class TableSpec:
         return next(m for m in self.metrics if m.label == label)
 
 
-_SPEC_KEYS = {"title", "paper", "table", "data", "match", "notes", "metrics", "rows", "claims", "laptop", "gpu", "kind",
-              "probe_of", "preregistered"}
 KINDS = ("paper", "probe")
 PROBE_PREFIX = "probes/"  # experiment names of probe presets start with it
-_CLAIM_KEYS = {"claim", "source", "metric", "a", "b", "test", "margin", "requires", "caveat", "items",
-               "counted_in"}
-_REQUIRE_KEYS = {"row", "field", "at_most", "at_least", "minus"}
-_LAPTOP_KEYS = {"protocol", "per_run_s", "runs"}
-_GPU_KEYS = {"protocol", "per_run_s", "device"}
-_METRIC_KEYS = {
-    "ours", "label", "direction", "scale", "paper_key", "paper_part", "paper_scale", "digits", "from", "match",
-    "mean_of", "trivial",
-}  # fmt: skip
-_TRIVIAL_KEYS = {"baseline", "margin"}
-_PREREGISTERED_KEYS = {"date", "seeds", "sizing"}
-_ROW_KEYS = {"label", "match", "paper_row"}
 
 
-def _unknown(where: str, got: Mapping, allowed: set[str]) -> None:
+def spec_keys(cls: type) -> frozenset[str]:
+    """The keys a spec block may hold, read from its dataclass (as ``record.py`` reads the record schema): every
+    field under the name a spec writes (``metadata["key"]``, e.g. ``from`` for ``source``), less the fields a
+    spec never writes (``metadata["key"] = None``: derived, or filled in by the loader)."""
+    keys = (f.metadata.get("key", f.name) for f in dataclasses.fields(cls))
+    return frozenset(k for k in keys if k is not None)
+
+
+def required_keys(cls: type) -> tuple[str, ...]:
+    """The keys of ``cls`` a spec must give: its fields without a default, in their order."""
+    return tuple(f.metadata.get("key", f.name) for f in dataclasses.fields(cls)
+                 if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+                 and f.metadata.get("key", f.name) is not None)
+
+
+_SPEC_KEYS = spec_keys(TableSpec)
+_CLAIM_KEYS = spec_keys(ClaimSpec)
+_REQUIRE_KEYS = spec_keys(Requirement)
+_LAPTOP_KEYS = spec_keys(LaptopSpec)
+_GPU_KEYS = spec_keys(GpuSpec)
+_METRIC_KEYS = spec_keys(MetricSpec)
+_TRIVIAL_KEYS = spec_keys(TrivialSpec)
+_PREREGISTERED_KEYS = spec_keys(PreregisteredSpec)
+_ROW_KEYS = spec_keys(RowSpec)
+
+
+def _unknown(where: str, got: Mapping, allowed: frozenset[str]) -> None:
     extra = sorted(set(got) - allowed)
     if extra:
         raise SpecError(f"{where}: unknown key(s) {', '.join(extra)} (valid: {', '.join(sorted(allowed))})")
@@ -271,7 +284,7 @@ def spec_from_dict(data: Any, name: str, where: str = "spec") -> TableSpec:
     if not isinstance(data, Mapping):
         raise SpecError(f"{where}: a table spec must be a mapping")
     _unknown(where, data, _SPEC_KEYS)
-    for key in ("title", "metrics", "rows"):
+    for key in required_keys(TableSpec):
         if key not in data:
             raise SpecError(f"{where}: missing key {key!r}")
     if bool(data.get("paper")) != bool(data.get("table")):
@@ -389,7 +402,7 @@ def _claims(items: Any, metrics: list[MetricSpec], rows: list[str], where: str) 
         if not isinstance(c, Mapping):
             raise SpecError(f"{w}: a claim must be a mapping with keys {', '.join(sorted(_CLAIM_KEYS))}")
         _unknown(w, c, _CLAIM_KEYS)
-        for key in ("claim", "source", "metric", "a", "b", "test"):
+        for key in required_keys(ClaimSpec):
             if c.get(key) in (None, ""):
                 raise SpecError(f"{w}: missing key {key!r} (a claim says what, from which sentence, on which rows)")
         if c["test"] not in CLAIM_TESTS:
@@ -474,7 +487,7 @@ def _requirements(items: Any, rows: list[str], where: str) -> list[Requirement]:
     return out
 
 
-def _mapping_block(data: Any, where: str, block: str, keys: set[str], needs: str) -> str:
+def _mapping_block(data: Any, where: str, block: str, keys: frozenset[str], needs: str) -> str:
     """Check that a spec block is a mapping with only ``keys``; where its messages point."""
     w = f"{where}: {block}"
     if not isinstance(data, Mapping):
@@ -528,7 +541,7 @@ def _trivial(data: Any, is_mean: bool, where: str) -> TrivialSpec | None:
     return TrivialSpec(margin=float(margin), baseline=name)
 
 
-def _protocol_block(data: Any, where: str, block: str, keys: set[str], later: str) -> tuple[str, float | None]:
+def _protocol_block(data: Any, where: str, block: str, keys: frozenset[str], later: str) -> tuple[str, float | None]:
     """Check a ``laptop:`` / ``gpu:`` block (a mapping with ``protocol`` and only ``keys``); where its messages
     point, and its ``per_run_s``."""
     w = f"{where}: {block}"

@@ -9,8 +9,10 @@ from typing import Any
 import torch
 from torch.utils.data import Dataset
 
+from attnlab.errors import UserError
 
-class DataError(ValueError):
+
+class DataError(UserError, ValueError):
     """Missing, corrupt or unreachable data; the message is one line that says how to fix it."""
 
 

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from attnlab.registry import Registry
 from attnlab.tasks.base import DataError
 from attnlab.tasks.build import build_task
 
@@ -40,14 +41,12 @@ class _Entry:
     loaders: tuple[str, ...]
 
 
-BASELINES: dict[str, _Entry] = {}
+BASELINES: Registry[_Entry] = Registry("trivial baseline", DataError)
 
 
 def register_baseline(name: str, *, loaders: tuple[str, ...]):
     def wrap(fn):
-        if name in BASELINES:
-            raise ValueError(f"trivial baseline {name!r} registered twice")
-        BASELINES[name] = _Entry(fn, loaders)
+        BASELINES.register(name, _Entry(fn, loaders))
         return fn
 
     return wrap
@@ -55,9 +54,7 @@ def register_baseline(name: str, *, loaders: tuple[str, ...]):
 
 def compute_baseline(name: str, task_cfg: dict[str, Any], seed: int) -> TrivialBaseline:
     """The named baseline of one task configuration; DataError (one line) when it does not apply or data is absent."""
-    if name not in BASELINES:
-        raise DataError(f"unknown trivial baseline {name!r}; valid: {', '.join(sorted(BASELINES))}")
-    entry = BASELINES[name]
+    entry = BASELINES.get(name)
     loader = task_cfg.get("loader")
     if loader not in entry.loaders:
         raise DataError(f"trivial baseline {name!r} applies to task loaders {', '.join(entry.loaders)}, not "

@@ -1,7 +1,7 @@
 """Build a run's parts from its composed config: the task's data, the module (model + optimiser settings + what
 only the data knows) and the data module, with the batching that makes one update the size the config asks.
 
-``run.py`` calls these in order; tests and tools (``cli/evaluate.py``) call ``build_module`` and
+``run.py`` calls these in order; tests and tools (``training/evaluation.py``) call ``build_module`` and
 ``build_datamodule`` directly, from here.
 """
 
@@ -16,9 +16,9 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from attnlab.decoding.options import DecodingOptions
+from attnlab.errors import ConfigError
 from attnlab.tasks import DataError, TaskData, build_task
 from attnlab.training.acceleration import apply_to_module, switch
-from attnlab.training.config import ConfigError
 from attnlab.training.modules import MODULES, TaskModule
 from attnlab.training.resumable import ResumableDataModule
 

@@ -24,6 +24,8 @@ import torch
 from lightning.pytorch.callbacks import Checkpoint
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
+from attnlab.errors import UserError
+
 log = logging.getLogger("attnlab")
 
 LAST = "last.ckpt"
@@ -31,7 +33,7 @@ TMP_MARK = ".tmp-"  # partial files carry this in their name and are never picke
 SIGNALS = ("SIGTERM", "SIGUSR1", "SIGUSR2")  # SIGUSR2 is submitit's default pre-timeout signal
 
 
-class CheckpointError(ValueError):
+class CheckpointError(UserError, ValueError):
     """A checkpoint that cannot be used; the message is one line."""
 
 

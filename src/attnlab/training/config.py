@@ -19,7 +19,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from attnlab.decoding.options import DecodingOptions
-from attnlab.errors import ConfigError  # defined below plugins (which raise it); callers import it from here too
+from attnlab.errors import ConfigError
 from attnlab.training.acceleration import check_speed_options
 
 

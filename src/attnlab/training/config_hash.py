@@ -1,6 +1,6 @@
 """The config hash a run asks for: what its record carries and what ``make reproduce-*`` looks up before training.
 
-Imports only OmegaConf (no torch, no Lightning), so tools that hash many configs (``attnlab.cli.record_hashes``)
+Imports only OmegaConf (no torch, no Lightning), so tools that hash many configs (``attnlab.training.record_hashes``)
 stay quick. The hash itself and what it leaves out are ``results/record.py``'s (``DEFAULT_HASH_EXCLUDE``).
 """
 

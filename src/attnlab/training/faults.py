@@ -9,12 +9,13 @@ from typing import Any
 import lightning as L
 import torch
 
+from attnlab.errors import RunFault
 from attnlab.training.config import NAN_POLICIES
 
 log = logging.getLogger("attnlab")
 
 
-class NonFiniteLoss(RuntimeError):
+class NonFiniteLoss(RunFault, RuntimeError):
     """The loss became NaN or Inf; the message is one line with the step and the loss terms."""
 
 

@@ -9,11 +9,11 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from attnlab.errors import ConfigError
 from attnlab.results.record import CHECKPOINTS_DIR
 from attnlab.training.acceleration import nan_check
 from attnlab.training.callbacks import BestMetrics, MetricsLine, PonderStats, Throughput
 from attnlab.training.checkpointing import LastCheckpoint, RandomState, checkpoint_step
-from attnlab.training.config import ConfigError
 from attnlab.training.faults import NonFiniteGuard
 from attnlab.training.resumable import ResumableCSVLogger
 from attnlab.training.wandb_run import build_wandb_logger, wants_wandb

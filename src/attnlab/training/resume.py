@@ -11,6 +11,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
+from attnlab.errors import ConfigError
 from attnlab.results.record import CHECKPOINTS_DIR
 from attnlab.training.checkpointing import (
     CheckpointError,
@@ -20,7 +21,6 @@ from attnlab.training.checkpointing import (
     load_checkpoint_file,
     remove_partial_files,
 )
-from attnlab.training.config import ConfigError
 from attnlab.training.launch import is_launch_rank_zero
 from attnlab.training.modules import TaskModule
 

@@ -16,6 +16,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from attnlab.errors import RunFault
+
 log = logging.getLogger("attnlab")
 
 # errno values that mean "this folder cannot take the run's files" rather than a bug.
@@ -27,7 +29,7 @@ LOCK_FILE = ".attnlab.lock"
 NO_FLOCK_ERRNOS = (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOTSUP, errno.ENOSYS, errno.EINVAL)
 
 
-class StorageError(OSError):
+class StorageError(RunFault, OSError):
     """The run folder cannot take the run's files; the message is one line."""
 
 

@@ -4,8 +4,8 @@ A sweep (``attnlab-train -m model/attention=vanilla,qknorm seed=1,2,3``) varies 
 them. Each distinct value (or combination) is a row, named ``key=value``; its cell is the mean ± std over the
 row's seeds, with the rules of the paper tables: runs whose configurations differ in anything but the seed are
 refused within one row, debug runs never count. The columns are the runs' test metrics (every split), or
-``metrics=``. Where one trivial baseline of :mod:`attnlab.tasks.trivial` applies to the runs' task, it is
-computed from the task's data (generated tasks need none; others read ``data_root=``) and shown, as the paper
+``metrics=``. Where one trivial baseline of :mod:`attnlab.tasks.trivial` applies to the runs' task, the command
+computes it from the task's data (``training.trivial_baselines.adhoc_baseline``) and it is shown, as the paper
 tables show theirs. ``claim="ut > stacked on test/seq_acc"`` (also ``<``, ``>=``, ``<=``) is decided like a spec's
 claim: Welch's t interval over the seeds, held / not held / inconclusive; a row is named by its label or value.
 """
@@ -13,12 +13,11 @@ claim: Welch's t interval over the seeds, held / not held / inconclusive; a row 
 from __future__ import annotations
 
 import re
-from pathlib import Path
 from typing import Any
 
+from attnlab.errors import TableError
 from attnlab.results.baselines import TableBaselines
 from attnlab.results.build import BuiltTable, build_table, get_field
-from attnlab.results.errors import TableError
 from attnlab.results.loading import Loaded
 from attnlab.results.paper import load_paper_tables
 from attnlab.results.spec import spec_from_dict
@@ -95,45 +94,20 @@ def parse_claim(text: str, labels: list[str], metrics: list[str]) -> dict[str, A
             "a": _row_named(m["a"], labels), "b": _row_named(m["b"], labels), "test": _TESTS[m["op"]]}
 
 
-def trivial_baselines(records: list[Loaded], data_root: str | None) -> tuple[str, TableBaselines] | None:
-    """(baseline name, its values per run) where one trivial baseline applies to the runs' task loader; None
-    where none applies or the runs mix task loaders."""
-    from attnlab.cli.baselines import run_task_config, task_key
-    from attnlab.tasks.trivial import BASELINES, compute_baseline
-
-    root = data_root or str(Path("data"))
-    configs = {}
-    for record in records:
-        try:
-            configs[record.path] = run_task_config(record.path.parent, root)
-        except (TableError, OSError):
-            return None  # a run without its saved config (a wandb record): no task to compute from
-    loaders = {task.get("loader") for task, _ in configs.values()}
-    names = [n for n, entry in BASELINES.items() if loaders and loaders <= set(entry.loaders)]
-    if len(loaders) != 1 or not names:
-        return None
-    name = sorted(names)[0]
-    entries: dict[str, dict[str, Any]] = {}
-    runs: dict[str, str] = {}
-    for record in records:
-        task, seed = configs[record.path]
-        key = task_key(name, task, seed)
-        if key not in entries:
-            got = compute_baseline(name, task, seed)
-            entries[key] = {"name": got.name, "what": got.what, "task": task.get("name"), "seed": seed,
-                            "values": {k: float(v) for k, v in got.values.items()}, "inputs": got.inputs}
-        runs[str(record.data.get("config_hash"))] = key
-    return name, TableBaselines(Path("(computed here)"), entries, runs)
-
-
-def build_adhoc_table(records: list[Loaded], runs: list[str], by: list[str], metrics: list[str],
-                      claim: str | None, data_root: str | None) -> BuiltTable:
+def adhoc_records(records: list[Loaded], runs: list[str]) -> list[Loaded]:
+    """The records an ad-hoc table counts: completed, not debug runs; TableError where there are none."""
     completed = [r for r in records if r.data.get("status") == "completed" and not get_field(r.data, "extra.debug")]
     if not completed:
         raise TableError(f"no completed (non-debug) run records under {', '.join(runs)}")
+    return completed
+
+
+def build_adhoc_table(completed: list[Loaded], runs: list[str], by: list[str], metrics: list[str],
+                      claim: str | None, baseline: tuple[str, TableBaselines] | None) -> BuiltTable:
+    """The table of ``adhoc_records`` by the keys ``by``; ``baseline``: the trivial baseline that applies to their
+    task (``training.trivial_baselines.adhoc_baseline``), or None."""
     labels = group_rows(completed, by)
     columns = _metrics(completed, metrics)
-    baseline = trivial_baselines(completed, data_root)
     with_baseline = set()
     if baseline is not None:
         with_baseline = {k for e in baseline[1].entries.values() for k in e["values"]}
