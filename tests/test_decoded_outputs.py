@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from attnlab.training.run import run
 from tests.conftest import TINY, TINY_ALGO, compose, require_shared_data
 
@@ -43,6 +45,7 @@ def test_mt_outputs_rescored_by_the_sacrebleu_cli_equal_the_recorded_metrics(tmp
     assert abs(bleu - final["test/bleu"]) < 1e-4 and abs(chrf - final["test/chrf"]) < 1e-4
 
 
+@pytest.mark.slow
 def test_algorithmic_outputs_give_back_the_recorded_sequence_accuracy_and_eval_writes_them_too(tmp_path, monkeypatch):
     from attnlab.cli.train import main as train_main
     from attnlab.training.evaluation import evaluate

@@ -35,6 +35,7 @@ def _final_weights(run_dir):
     return ckpt["state_dict"], ckpt["global_step"]
 
 
+@pytest.mark.slow
 def test_an_update_is_the_same_over_micro_batches_and_ranks(tmp_path):
     """Issue 36: the global batch and its loss must not depend on how hardware splits it. 16 sentences of
     different lengths per update, 20 updates: as one micro-batch, as 2 accumulated micro-batches of 8, and as

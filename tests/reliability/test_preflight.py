@@ -301,6 +301,7 @@ def test_a_huge_line_is_refused_naming_file_and_line(tmp_path):
 
 
 # -- 17.13: a sweep with failed jobs exits non-zero, whatever the launcher -------------------------------------
+@pytest.mark.slow
 def test_a_parallel_sweep_with_failed_jobs_exits_1_and_lists_them(tmp_path):
     """Jobs in joblib's worker processes: the summary comes from their failed records under the sweep folder,
     which attnlab names up front when the command does not."""
