@@ -64,7 +64,7 @@ endef
 .PHONY: reproduce-ut-table4 reproduce-ut-table7 reproduce-lra-table1 reproduce-qknorm-table1 \
 	reproduce-synthesizer-table2 reproduce-synthesizer-table6 reproduce-synthesizer-table7 reproduce-list gpu-estimates \
 	reproduce-synthesizer-table3 reproduce-synthesizer-table4 reproduce-synthesizer-table5 \
-	reproduce-ut-table1 reproduce-ut-table3 reproduce-ut-table5 reproduce-ut-table6 reproduce-ut-fixed_table5 reproduce-synthesizer-fixed_table2 \
+	reproduce-ut-table1 reproduce-ut-table3 reproduce-ut-table5 reproduce-ut-table6 reproduce-ut-fixed_table5 reproduce-synthesizer-fixed_table2 reproduce-qknorm-fixed_table1 \
 	reproduce-bigbird-table1 reproduce-bigbird-table10
 
 reproduce-list: ## List every reproduce target: rows, seeds, table specs, estimated wall time (SCALE=gpu: GPU-hours)
@@ -97,6 +97,10 @@ reproduce-lra-table1: $(STAMP) ## LRA Table 1, ListOps column: Transformer, Synt
 
 reproduce-qknorm-table1: $(STAMP) ## QKNorm main table: baseline vs QKNorm on the five low-resource pairs
 	$(call reproduce,qknorm/table1)
+
+reproduce-qknorm-fixed_table1: override SEEDS = 21,22,23,24,25,26
+reproduce-qknorm-fixed_table1: $(STAMP) ## QKNorm gl-en: pre-registered fixed-n test, non-inferiority and superiority (6 seeds per row, one look)
+	$(call reproduce,qknorm/fixed_table1)
 
 reproduce-synthesizer-table2: $(STAMP) ## Synthesizer Table 2: WMT14 En-De/En-Fr BLEU per attention variant
 	$(call reproduce,synthesizer/table2)
