@@ -106,7 +106,7 @@ reproduce-synthesizer-table2: $(STAMP) ## Synthesizer Table 2: WMT14 En-De/En-Fr
 	$(call reproduce,synthesizer/table2)
 
 reproduce-synthesizer-fixed_table2: override SEEDS = 21,22,23,24,25,26,27,28
-reproduce-synthesizer-fixed_table2: $(STAMP) ## Synthesizer Table 2 LM: pre-registered D+V non-inferiority (8 seeds per row, one look)
+reproduce-synthesizer-fixed_table2: $(STAMP) ## Synthesizer Table 2 LM: pre-registered D+V and R+V against the Transformer (8 seeds per row, one look)
 	$(call reproduce,synthesizer/fixed_table2)
 
 reproduce-synthesizer-table6: $(STAMP) ## Synthesizer Table 6: number of heads 2..32
