@@ -249,6 +249,13 @@ def write_failed_record(cfg: DictConfig, run_dir: str | os.PathLike, command: st
     return write_config_record(cfg, run_dir, command, status="failed", error=error)
 
 
+def record_failure(cfg: DictConfig, run_dir: str | os.PathLike, command: str, reason: str) -> str:
+    """Write the failed record; the reason, plus a note when the folder could not take even that record."""
+    if write_failed_record(cfg, run_dir, command, reason):
+        return reason
+    return f"{reason}; no run record could be written in {run_dir}"
+
+
 def write_config_record(cfg: DictConfig, run_dir: str | os.PathLike, command: str, *, status: str,
                         error: str | None = None, extra: dict[str, Any] | None = None) -> bool:
     """A run record made from the config alone (the run failed or stopped before its model or trainer
