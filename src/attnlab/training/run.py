@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shlex
 import signal
 import sys
 import time
@@ -282,12 +283,11 @@ def _record_completed(cfg: DictConfig, run_dir: Path, command: str | None, start
     if trainer.global_step == 0 and not cfg.trainer.fast_dev_run:
         raise DataError("the run trained 0 steps (no training batch was drawn); it is not recorded as completed: "
                         "check the training split and trainer.limit_train_batches")
-    record = _record(cfg, run_dir, command, trainer, module, callbacks, task, started, status="completed",
-                     config_hash=asked_hash)
-    record["metric_flavours"]["test_weights"] = tested.pop("flavour")
-    record["extra"]["test_checkpoint"] = tested
-    if resume_path is not None:
-        record["extra"]["resumed_from"] = str(Path(resume_path).resolve())
+    flavour = tested.pop("flavour")
+    resumed = {} if resume_path is None else {"resumed_from": str(Path(resume_path).resolve())}
+    record = _record(cfg, run_dir, command or shlex.join(sys.argv), trainer, module, callbacks, task, started,
+                     status="completed", config_hash=asked_hash, flavours={"test_weights": flavour},
+                     test_checkpoint=tested, **resumed)
     if trainer.is_global_zero:
         from attnlab.training.outputs import write_decoded_outputs
 
