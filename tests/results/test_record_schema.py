@@ -184,18 +184,19 @@ STOPPED = {"interrupted": {"signal": "SIGINT", "step": 0, "checkpoint": None, "r
     ("broken", "failed", "InterpolationKeyError: nope.missing", None),  # only a failed record may be this empty
 ])
 def test_config_record_equals_the_old_literal(tmp_path, monkeypatch, which, status, error, extra):
-    from attnlab.training import records
+    from attnlab.training import record_writers
     from tests.conftest import compose
 
     cfg = compose(["experiment=demo/copy"], run_dir=tmp_path) if which == "composed" else _broken_config()
     git = {"commit": "0" * 40, "dirty": False}
-    monkeypatch.setattr(records, "git_state", lambda: dict(git))
-    monkeypatch.setattr(records.time, "strftime", lambda fmt: "2025-06-01T12:00:00+0000")
-    assert records.write_config_record(cfg, tmp_path / "run", "attnlab-train x=1", status=status, error=error,
+    monkeypatch.setattr(record_writers, "git_state", lambda: dict(git))
+    monkeypatch.setattr(record_writers.time, "strftime", lambda fmt: "2025-06-01T12:00:00+0000")
+    assert record_writers.write_config_record(cfg, tmp_path / "run", "attnlab-train x=1", status=status, error=error,
                                        extra=extra)
     written = rec_mod.read_record(tmp_path / "run" / rec_mod.RECORD_FILENAME)
     old = _old_config_record(cfg, tmp_path / "run", "attnlab-train x=1", status=status, error=error, extra=extra,
-                             git=git, config_hash=records.asked_config_hash(cfg), created="2025-06-01T12:00:00+0000")
+                             git=git, config_hash=record_writers.asked_config_hash(cfg),
+                             created="2025-06-01T12:00:00+0000")
     assert written == rec_mod.sanitize_record(old)
     if which == "broken":
         assert written["task"] is None and written["hardware"]["precision"] == "None"

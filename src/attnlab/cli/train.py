@@ -65,7 +65,7 @@ def hydra_main(cfg: DictConfig) -> float | None:
 def train_job(cfg: DictConfig) -> dict | None:
     """The job of one run: its record, or None where the job failed inside a sweep (reported at the end)."""
     from attnlab.training.checkpointing import Preempted  # torch and Lightning: not for --cfg job or a refusal
-    from attnlab.training.records import record_failure
+    from attnlab.training.record_writers import record_failure
     from attnlab.training.run import run
     from attnlab.training.wandb_run import close_wandb
 

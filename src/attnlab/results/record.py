@@ -137,7 +137,7 @@ class Cost:
     wall_s: float | None  # every segment of a resumed run
     tokens_per_s: float | None
     peak_mem_mb: float | None
-    # What attnlab-train measures (training/records.py); older records lack some (cpu_s, torch_threads, segments).
+    # What attnlab-train measures (training/record_writers.py); older records lack some (cpu_s, segments, ...).
     cpu_s: float | None = _optional()  # CPU seconds of the process: at one torch thread, what the run costs alone
     segments: int | None = _optional()  # how many processes trained it (a resumed run has several)
     torch_threads: int | None = _optional()

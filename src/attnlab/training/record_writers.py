@@ -2,7 +2,7 @@
 the run failed or stopped before those existed, and the writers that put it in the run folder. The record's
 schema, hashing and file format are ``results/record.py``; this module fills it in from training state: provenance
 (``git_state``), metrics, cost, and how the run stopped. It also holds what finds a run's record again: the hash of
-the config as asked (``asked_config_hash``) and a completed record of that hash (``_completed_twin``).
+the config as asked (``asked_config_hash``) and a completed record of that hash (``completed_twin``).
 """
 
 from __future__ import annotations
@@ -41,8 +41,8 @@ from attnlab.training.build import run_flavours
 from attnlab.training.callbacks import BestMetrics, RunCost, Throughput
 from attnlab.training.checkpointing import Preempted, checkpoint_step, find_resume_checkpoint
 from attnlab.training.config_hash import asked_config_hash
-from attnlab.training.faults import NonFiniteGuard
 from attnlab.training.modules import TaskModule, count_parameters
+from attnlab.training.nonfinite_guard import NonFiniteGuard
 from attnlab.training.stop_signals import Interrupted, StoppedBySignal, signals_deferred
 from attnlab.training.storage import StorageError, storage_failure
 
@@ -118,7 +118,7 @@ def peak_memory_mb(device: torch.device | None = None) -> float | None:
         return None
 
 
-def _record(cfg: DictConfig, run_dir: Path, command: str, trainer: L.Trainer, module: TaskModule,
+def run_record(cfg: DictConfig, run_dir: Path, command: str, trainer: L.Trainer, module: TaskModule,
             callbacks: list, task: TaskData, started: RunClock, *, status: str, config_hash: str | None,
             flavours: dict[str, Any] | None = None, **extra: Any) -> dict[str, Any]:
     """The record of a run that trained: what the callbacks measured; ``flavours`` adds metric flavours (the test
@@ -197,7 +197,7 @@ def _attention_coverage(module: TaskModule, task: TaskData) -> dict[str, Any]:
     return {"attention_coverage": AttentionCoverage(**summary)}
 
 
-def _write_interrupted_record(cfg, run_dir, command, trainer, module, callbacks, task, started,
+def write_interrupted_record(cfg, run_dir, command, trainer, module, callbacks, task, started,
                               exc: Preempted, config_hash: str | None) -> None:
     """An ``interrupted`` record: the run is unfinished, its checkpoint is on disk, and a rerun resumes it
     (``extra.interrupted`` for Ctrl-C, ``extra.preempted`` for a stop signal)."""
@@ -205,17 +205,17 @@ def _write_interrupted_record(cfg, run_dir, command, trainer, module, callbacks,
         return
     command = command or shlex.join(sys.argv)
     key = "interrupted" if isinstance(exc, Interrupted) else "preempted"
-    record = _record(cfg, run_dir, command, trainer, module, callbacks, task, started, status="interrupted",
+    record = run_record(cfg, run_dir, command, trainer, module, callbacks, task, started, status="interrupted",
                      config_hash=config_hash, **{key: {"signal": signal.Signals(exc.signum).name, "step": exc.step,
                                                        "checkpoint": exc.checkpoint, "resume_with": command}})
     try:
-        with _storage_errors(run_dir), signals_deferred():
+        with storage_errors(run_dir), signals_deferred():
             write_record(run_dir / RECORD_FILENAME, record)
     except StorageError as failure:
         log.error("%s", failure)  # the stop itself is reported by the caller
 
 
-def _stopped_before_training(cfg: DictConfig, run_dir: Path, command: str | None,
+def stopped_before_training(cfg: DictConfig, run_dir: Path, command: str | None,
                              exc: StoppedBySignal | KeyboardInterrupt) -> Preempted:
     """Ctrl-C or a stop signal before training started: an ``interrupted`` record made from the config, and
     the exception the CLI reports (a resumed run may have checkpoints: the rerun resumes from the newest)."""
@@ -236,7 +236,7 @@ def _stopped_before_training(cfg: DictConfig, run_dir: Path, command: str | None
 
 
 @contextlib.contextmanager
-def _storage_errors(run_dir: Path):
+def storage_errors(run_dir: Path):
     """Writes in the run folder: a full disk (or a folder gone read-only) becomes one StorageError line."""
     try:
         yield
@@ -281,7 +281,7 @@ def write_config_record(cfg: DictConfig, run_dir: str | os.PathLike, command: st
     return True
 
 
-def _completed_twin(cfg: DictConfig) -> dict[str, Any] | None:
+def completed_twin(cfg: DictConfig) -> dict[str, Any] | None:
     """With ATTNLAB_SKIP_EXISTING=1 (``make reproduce-*`` sets it): the record of a completed run of the
     same config hash under ``paths.runs_dir``, so a re-run of a table trains only what is missing."""
     from attnlab.results.lookup import find_completed, search_roots, skip_existing_requested
