@@ -99,7 +99,7 @@ def test_the_run_folder_holds_the_config_that_ran(scaled_run):
 def test_the_record_hash_is_still_the_hash_of_the_config_as_asked(scaled_run):
     """Committed records are found by this hash: it is the scaled config's, before build fills values."""
     from attnlab.training.compose import compose_checked
-    from attnlab.training.run import asked_config_hash
+    from attnlab.training.config_hash import asked_config_hash
 
     run_dir, argv = scaled_run
     record = json.loads((run_dir / "results.json").read_text())
@@ -123,7 +123,7 @@ def test_the_config_hash_does_not_depend_on_hydra_being_set_up():
     from hydra.core.hydra_config import HydraConfig
 
     from attnlab.training.compose import compose, compose_checked
-    from attnlab.training.run import asked_config_hash
+    from attnlab.training.config_hash import asked_config_hash
 
     argv = [*TINY, *TINY_ALGO, "seed=5"]
     saved = HydraConfig.instance().cfg

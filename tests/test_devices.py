@@ -36,7 +36,7 @@ _TASKS: dict = {}
 
 def one_step(overrides: list[str], device: str, precision: str, first: int = 0) -> tuple[float, torch.Tensor]:
     """Loss and the flattened gradient (fp32, on the CPU) of one training step of a freshly seeded module."""
-    from attnlab.training.run import build_module, build_task_data
+    from attnlab.training.build import build_module, build_task_data
 
     cfg = compose(overrides)
     key = (cfg.task.name, cfg.seed)
@@ -96,7 +96,7 @@ def test_cuda_step_matches_the_cpu(attention, recurrence, precision):
 def test_cuda_decoding_with_the_cache_equals_the_cpu(strategy):
     """Beam search and cached greedy decoding on CUDA give the CPU's outputs (fp32, a seeded model)."""
     from attnlab.decoding.search import beam_search, greedy_decode
-    from attnlab.training.run import build_module, build_task_data
+    from attnlab.training.build import build_module, build_task_data
 
     torch.backends.cuda.matmul.allow_tf32 = False
     cfg = compose(STEP)

@@ -10,8 +10,8 @@ import torch
 
 from attnlab.decoding.search import beam_search_reference, greedy_decode
 from attnlab.tasks.batching import IndexedDataset, IndexedSeq2SeqCollate
+from attnlab.training.build import build_module, build_task_data
 from attnlab.training.data import EvalBatchSampler, TaskDataModule
-from attnlab.training.run import build_module, build_task_data
 from tests.conftest import TINY, TINY_ALGO, compose
 
 

@@ -11,7 +11,7 @@ import sys
 import pytest
 import yaml
 
-from attnlab.cli.train import optimized_value
+from attnlab.training.sweeps import optimized_value
 from tests.conftest import REPO, TINY_ALGO, compose
 
 HAS_OPTUNA = importlib.util.find_spec("hydra_plugins.hydra_optuna_sweeper") is not None

@@ -11,8 +11,10 @@ import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 
 from attnlab.results.record import read_record
+from attnlab.training.build import build_module
+from attnlab.training.checkpoint_choice import load_test_weights
 from attnlab.training.plateau import PlateauDecay, PlateauOptions
-from attnlab.training.run import build_module, load_test_weights, run
+from attnlab.training.run import run
 from tests.conftest import TINY, TINY_ALGO, compose
 
 
@@ -101,7 +103,7 @@ def test_best_checkpoint_is_tested_and_named_in_the_record(tmp_path):
 def test_validation_scores_the_dev_split_for_selection(tmp_path):
     # With decoding in validation, the task's text scores of the dev split (QKNorm: dev BLEU) are logged as
     # val/<score>, computed over the whole split from the decoded outputs in reference order.
-    from attnlab.training.run import build_datamodule
+    from attnlab.training.build import build_datamodule
 
     cfg = compose([*TINY, *TINY_ALGO, "task.decoding.decode_in_validation=true"], run_dir=tmp_path)
     module = build_module(cfg)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from attnlab.training.records import git_state
+from attnlab.training.record_writers import git_state
 
 
 def _git(repo: Path, *args: str) -> str:

@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from attnlab.results.record import read_record, validate_record
-from attnlab.training.run import build_datamodule, build_module, derive_batching, run
+from attnlab.training.build import build_datamodule, build_module, derive_batching
+from attnlab.training.run import run
 from tests.conftest import TINY, TINY_ALGO, compose
 
 LISTOPS_TINY = ["task=lra/listops", "task.at_scale.cpu.train_size=32", "task.at_scale.cpu.val_size=8",

@@ -71,7 +71,7 @@ def test_a_stopped_sweep_says_which_sweep_folder_resumes_it():
     names the hydra.sweep.dir= that resumes the stopped one (shell-quoted: it is pasted back)."""
     from types import SimpleNamespace
 
-    from attnlab.cli.train import sweep_resume_hint
+    from attnlab.training.sweeps import sweep_resume_hint
 
     hc = SimpleNamespace(sweep=SimpleNamespace(dir="multirun/2026-12-06/10-00-00 my sweep"))
     assert "'hydra.sweep.dir=multirun/2026-12-06/10-00-00 my sweep' added to resume it" in sweep_resume_hint(hc, True)

@@ -230,7 +230,7 @@ def test_auto_uses_triton_after_its_self_test_and_the_record_names_it(kernel, mo
     from types import SimpleNamespace
 
     import attnlab.attention.bigbird as bigbird
-    from attnlab.training.records import _attention_kernels
+    from attnlab.training.record_writers import _attention_kernels
 
     monkeypatch.setattr(bigbird, "TRITON_AUTO_DEVICES", ("cuda", DEVICE.type))
     monkeypatch.setattr(bigbird, "TRITON_SELF_TESTS", {})

@@ -44,7 +44,7 @@ def _evaluate(case: str, data_root: Path, world: int) -> dict:
     import lightning as L
     from lightning.pytorch.strategies import DDPStrategy
 
-    from attnlab.training.run import build_datamodule, build_module, build_task_data
+    from attnlab.training.build import build_datamodule, build_module, build_task_data
     from tests.conftest import compose
 
     cfg = compose([*CASES[case], f"paths.data_root={data_root}"])

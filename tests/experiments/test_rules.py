@@ -209,8 +209,8 @@ def test_rows_share_every_hyperparameter_but_the_one_under_study(table, scale):
 @functools.cache
 def _params(experiment: str, scale: str) -> int:
     from attnlab.tasks import DataError
+    from attnlab.training.build import build_module, build_task_data
     from attnlab.training.modules import count_parameters
-    from attnlab.training.run import build_module, build_task_data
 
     cfg = _config(experiment, scale)
     if cfg.task.get("loader") == "translation":

@@ -62,7 +62,7 @@ def test_a_run_shorter_than_its_warm_up_has_no_steady_figure(monkeypatch):
 
 def test_the_record_reports_steady_mfu_per_device(monkeypatch):
     from attnlab.training.perf import MFUCallback
-    from attnlab.training.records import _steady
+    from attnlab.training.record_writers import _steady
 
     throughput = _drive([5.0] + [0.5] * 19, 100, monkeypatch, world_size=2)
     mfu = MFUCallback(measure_peak=False)

@@ -190,7 +190,7 @@ def test_a_deferred_check_acts_on_unread_counts_before_a_checkpoint_is_written()
 
     import pytest
 
-    from attnlab.training.faults import NonFiniteGuard, NonFiniteLoss
+    from attnlab.training.nonfinite_guard import NonFiniteGuard, NonFiniteLoss
 
     trainer = types.SimpleNamespace(global_step=3, log_every_n_steps=5, world_size=1)
     module = types.SimpleNamespace(trainer=trainer, log=lambda *a, **k: None)

@@ -252,7 +252,7 @@ def test_a_run_that_trained_zero_steps_is_not_completed(tmp_path, monkeypatch):
 
 def test_an_empty_evaluation_split_is_refused_before_training():
     from attnlab.tasks import DataError, TaskData
-    from attnlab.training.run import check_splits_not_empty
+    from attnlab.training.build import check_splits_not_empty
 
     task = TaskData(kind="lm", datasets={"train": [1, 2], "val": [1], "test": []}, collate=list, vocab_size=4,
                     pad_id=0, max_len=4)

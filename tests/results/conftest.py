@@ -115,3 +115,9 @@ def workspace(tmp_path, monkeypatch):
     monkeypatch.setenv("ATTNLAB_PAPER_TABLES", str(paper))
     (tmp_path / "runs").mkdir()
     return tmp_path
+
+
+def attention_coverage(mean: float) -> dict:
+    """An ``extra.attention_coverage`` as training/sparsity.py writes it (the schema declares every field)."""
+    return {"attended_fraction_mean": mean, "attended_fraction_max": mean, "attended_fraction_min": mean,
+            "dense_fallback_share": 0.0, "lengths": {"min": 8, "max": 8, "mean": 8.0, "examples": 1}, "block_size": 2}

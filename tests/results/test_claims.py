@@ -17,7 +17,7 @@ from attnlab.results.loading import load_records
 from attnlab.results.paper import load_paper_tables
 from attnlab.results.spec import load_spec, spec_from_dict
 from attnlab.results.stats import CONFIDENCE, LOOKS, OVERALL_ERROR, Interval, welch_interval
-from tests.results.conftest import SPEC
+from tests.results.conftest import SPEC, attention_coverage
 
 
 def _claim(claim_id: str, test: str, a: str = "UT", b: str | float = "Transformer", margin: float = 0.0) -> dict:
@@ -186,8 +186,8 @@ def test_a_claim_whose_precondition_the_runs_miss_is_inconclusive(workspace, put
     _seeds(put_record, "stacked", [0.30, 0.31, 0.32])
     for seed, acc in enumerate([0.50, 0.51, 0.52]):
         put_record(f"ut-{seed}", seed=seed, **{"model.recurrence": "ut", "metrics.final": {"test/seq_acc": acc},
-                   "extra": {"coverage": 0.4 if seed else 0.93}})  # fmt: skip
-    sparse = {"row": "UT", "field": "extra.coverage", "at_most": 0.5}
+                   "extra": {"attention_coverage": attention_coverage(0.4 if seed else 0.93)}})  # fmt: skip
+    sparse = {"row": "UT", "field": "extra.attention_coverage.attended_fraction_mean", "at_most": 0.5}
     results = _evaluate(workspace, [
         {**_claim("sparse enough", "greater"), "requires": sparse},
         {**_claim("dense enough", "greater"), "requires": {**sparse, "at_most": 0.95}},
@@ -195,7 +195,8 @@ def test_a_claim_whose_precondition_the_runs_miss_is_inconclusive(workspace, put
     ])  # fmt: skip
     assert results["sparse enough"].status == INCONCLUSIVE
     why = results["sparse enough"].reason
-    assert why == "the runs do not test the claim: UT: extra.coverage <= 0.5 needed, a run has 0.93"
+    assert why == ("the runs do not test the claim: UT: extra.attention_coverage.attended_fraction_mean <= 0.5 "
+                   "needed, a run has 0.93")
     assert results["dense enough"].status == HELD
     unrecorded = results["unrecorded"]
     assert unrecorded.status == INCONCLUSIVE and "do not record extra.nothing" in unrecorded.reason

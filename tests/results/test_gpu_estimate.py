@@ -21,8 +21,8 @@ SMALL = ["model.d_model=32", "model.num_heads=2", "model.d_ff=64", "model.dropou
 
 
 def _counted_and_estimated(overrides: list[str], kind: str, tmp_path: Path) -> tuple[float, float]:
+    from attnlab.training.build import build_module, build_task_data
     from attnlab.training.perf import count_training_flops
-    from attnlab.training.run import build_module, build_task_data
 
     cfg = compose(overrides, run_dir=tmp_path / "run")
     task = build_task_data(cfg)

@@ -9,6 +9,7 @@ from attnlab.results.build import build_table, metric_value
 from attnlab.results.loading import load_records
 from attnlab.results.paper import PaperTables
 from attnlab.results.spec import spec_from_dict
+from tests.results.conftest import attention_coverage
 
 PROBE = {
     "kind": "probe", "probe_of": "synthesizer", "title": "probe",
@@ -55,7 +56,7 @@ def test_probe_specs_name_what_they_probe_and_carry_no_paper_numbers(change, say
 
 def test_a_column_can_read_a_record_field_under_extra(put_record, tmp_path, record_factory):
     put_record("a", experiment="probes/bigbird/itc_512",
-               extra={"attention_coverage": {"attended_fraction_mean": 0.25}})
+               extra={"attention_coverage": attention_coverage(0.25)})
     spec = {**PROBE, "metrics": [{"ours": "extra.attention_coverage.attended_fraction_mean", "label": "Attended",
                                   "scale": 100}]}
     built = _build(spec, tmp_path)

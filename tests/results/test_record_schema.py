@@ -5,6 +5,7 @@ the same inputs."""
 
 from __future__ import annotations
 
+import dataclasses
 import platform
 from pathlib import Path
 
@@ -183,18 +184,95 @@ STOPPED = {"interrupted": {"signal": "SIGINT", "step": 0, "checkpoint": None, "r
     ("broken", "failed", "InterpolationKeyError: nope.missing", None),  # only a failed record may be this empty
 ])
 def test_config_record_equals_the_old_literal(tmp_path, monkeypatch, which, status, error, extra):
-    from attnlab.training import records
+    from attnlab.training import record_writers
     from tests.conftest import compose
 
     cfg = compose(["experiment=demo/copy"], run_dir=tmp_path) if which == "composed" else _broken_config()
     git = {"commit": "0" * 40, "dirty": False}
-    monkeypatch.setattr(records, "git_state", lambda: dict(git))
-    monkeypatch.setattr(records.time, "strftime", lambda fmt: "2025-06-01T12:00:00+0000")
-    assert records.write_config_record(cfg, tmp_path / "run", "attnlab-train x=1", status=status, error=error,
+    monkeypatch.setattr(record_writers, "git_state", lambda: dict(git))
+    monkeypatch.setattr(record_writers.time, "strftime", lambda fmt: "2025-06-01T12:00:00+0000")
+    assert record_writers.write_config_record(cfg, tmp_path / "run", "attnlab-train x=1", status=status, error=error,
                                        extra=extra)
     written = rec_mod.read_record(tmp_path / "run" / rec_mod.RECORD_FILENAME)
     old = _old_config_record(cfg, tmp_path / "run", "attnlab-train x=1", status=status, error=error, extra=extra,
-                             git=git, config_hash=records.asked_config_hash(cfg), created="2025-06-01T12:00:00+0000")
+                             git=git, config_hash=record_writers.asked_config_hash(cfg),
+                             created="2025-06-01T12:00:00+0000")
     assert written == rec_mod.sanitize_record(old)
     if which == "broken":
         assert written["task"] is None and written["hardware"]["precision"] == "None"
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The schema declares what readers read, and nothing else passes (issue 51.3).
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_every_committed_record_loads():
+    """The records behind the committed tables stay valid under the declared nested fields (old ones lack some
+    optional cost fields: cpu_s, segments, torch_threads, the steady-state figures)."""
+    from attnlab.results.loading import load_records
+
+    runs = REPO / "results" / "runs"
+    loaded, corrupt = load_records([str(runs)], skip_corrupt=True)
+    assert not corrupt, [c.reason for c in corrupt[:3]]
+    assert len(loaded) == len(list(runs.rglob("results.json"))) > 0
+
+
+@pytest.mark.parametrize("dotted", ["cost.cpu_s", "cost.step_s", "cost.mfu", "cost.torch_threads",
+                                    "extra.attention_coverage", "extra.debug", "extra.skipped_batches",
+                                    "extra.attention_kernels", "extra.test_checkpoint"])
+def test_the_fields_readers_read_are_declared(dotted):
+    """results/listing.py (cost.cpu_s, cost.torch_threads), benchmarks/gpu_check.py (cost.step_s, cost.mfu,
+    extra.attention_kernels), claims' preconditions (extra.attention_coverage), render/summary.py (extra.debug)."""
+    section, name = dotted.split(".")
+    cls = {"cost": rec_mod.Cost, "extra": rec_mod.Extra}[section]
+    assert name in {f.name for f in dataclasses.fields(cls)}
+
+
+def _a_record() -> dict:
+    return next(iter(sorted((REPO / "results" / "runs").rglob("results.json")))).read_text()
+
+
+@pytest.mark.parametrize(("where", "key"), [("cost", "cpu_sec"), ("extra", "coverage"), ("git", "branch"),
+                                            ("extra.attention_coverage", "mean")])
+def test_an_unknown_nested_key_is_refused(where, key):
+    import json
+
+    record = json.loads(_a_record())
+    node = record
+    for part in where.split("."):
+        node = node.setdefault(part, {})
+    if where == "extra.attention_coverage":
+        node.update(attended_fraction_mean=0.5, attended_fraction_max=0.5, attended_fraction_min=0.5,
+                    dense_fallback_share=0.0, lengths={"min": 1, "max": 2}, block_size=None)
+    assert rec_mod.validate_record(record) == []
+    node[key] = 1
+    problems = rec_mod.validate_record(record)
+    assert problems == [f"unknown key(s) {where}.{key} (a record's fields are results/record.py's "
+                        f"{ {'cost': 'Cost', 'extra': 'Extra', 'git': 'GitInfo'}.get(where, 'AttentionCoverage')})"]
+
+
+def test_a_declared_optional_field_is_typed_where_present():
+    import json
+
+    record = json.loads(_a_record())
+    record["cost"]["mfu"] = "high"
+    record["extra"]["skipped_batches"] = None
+    assert rec_mod.validate_record(record) == ["cost.mfu must be int or float or null, got str",
+                                               "extra.skipped_batches must be int, got NoneType"]
+
+
+def test_a_writer_fills_the_sections_as_dataclasses():
+    """Fields left unset are not written; a misspelt section or field fails where it is written."""
+    header = rec_mod.record_header(lambda key: None, status="failed", error="x", config_hash="ab", git={},
+                                   run_dir="/r", command="c", created="2025-01-01T00:00:00",
+                                   cost=rec_mod.Cost(wall_s=1.0, tokens_per_s=None, peak_mem_mb=None, cpu_s=0.5),
+                                   extra=rec_mod.Extra(debug="fdr"))
+    assert header["cost"] == {"wall_s": 1.0, "tokens_per_s": None, "peak_mem_mb": None, "cpu_s": 0.5}
+    assert header["extra"] == {"debug": "fdr"} and rec_mod.validate_record(header) == []
+    with pytest.raises(TypeError):
+        rec_mod.Cost(wall_s=1.0, tokens_per_s=None, peak_mem_mb=None, cpu_sec=0.5)
+    with pytest.raises(TypeError, match="no record field"):
+        rec_mod.record_header(lambda key: None, status="running", config_hash="ab", git={}, run_dir="/r",
+                              command="c", created="2025-01-01T00:00:00", ponder={})

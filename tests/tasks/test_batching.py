@@ -116,7 +116,7 @@ def test_ranks_resumed_part_way_see_the_rest_of_their_own_shard(token_budget):
     """Issue 36: each rank reads distinct data, their union is the one-process epoch, and a rank resumed
     after k batches (the checkpoint's ``batches_done``) goes on with exactly its own remaining batches, in
     sentence mode (``ResumableSampler``) as in token-budget mode."""
-    from attnlab.training.resumable import ResumableSampler
+    from attnlab.training.resumable_data import ResumableSampler
 
     def sampler(rank: int, world: int = 2):
         if token_budget:

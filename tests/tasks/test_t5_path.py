@@ -373,8 +373,8 @@ def test_c4_fails_fast_offline_and_names_the_local_stand_in(tmp_path):
 
 
 def test_init_from_a_model_of_another_vocabulary_is_one_clear_line(tmp_path):
+    from attnlab.training.build import build_module
     from attnlab.training.checkpointing import CheckpointError, init_weights_from
-    from attnlab.training.run import build_module
 
     tiny = ["model.at_scale.cpu.d_model=32", "model.at_scale.cpu.d_ff=64", "model.at_scale.cpu.encoder_layers=1",
             "model.at_scale.cpu.decoder_layers=1"]

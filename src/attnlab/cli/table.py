@@ -7,7 +7,8 @@
     attnlab-table table=synthesizer/table2 source=wandb runs=runs/   # offline wandb runs' files, not synced
     attnlab-table table=synthesizer/table2 wandb=true                # also send the tables as a wandb artifact
 
-A thin ``@hydra.main`` over :func:`build_tables`, which tests call directly. Errors the user can fix
+``@hydra.main`` over :func:`build_tables` (which tests call directly): it loads the run records and hands them to
+``results.table_files``, which builds, checks and writes the files. Errors the user can fix
 (corrupt record, unknown spec, unreachable wandb) are one line on stderr, exit code 2, nothing written.
 """
 
@@ -19,32 +20,27 @@ from pathlib import Path
 from typing import Any
 
 import hydra
+from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
 from attnlab.cli.common import HYDRA_FLAGS, fail, failures_reported, one_line
 from attnlab.cli.wandb_source import offline_wandb_records, wandb_records
 from attnlab.cli.wandb_upload import upload_tables
 from attnlab.errors import TableError
-from attnlab.results.baselines import BASELINES_FOLDER, load_table_baselines
-from attnlab.results.build import build_table
+from attnlab.results.adhoc import adhoc_records, build_adhoc_table
+from attnlab.results.baselines import BASELINES_FOLDER
 from attnlab.results.loading import load_records
 from attnlab.results.paper import default_experiments_dir, load_paper_tables
-from attnlab.results.record import write_files_atomically
-from attnlab.results.render import render_all, render_markdown, render_summary
-from attnlab.results.render.claims import render_claims_overview
-from attnlab.results.render.index import INDEX_FILENAME, render_results_index
-from attnlab.results.render.png import has_figure
-from attnlab.results.spec import list_specs, load_spec
+from attnlab.results.render import render_markdown, render_summary
 from attnlab.results.table_files import (
-    CLAIMS_FILENAME,
-    check_tables,
-    fill_readme_claims,
-    fill_readme_tables,
     refuse_overwrite_from_scratch_runs,
+    refuse_stale_tables,
+    specs_named,
+    table_files,
+    write_table_files,
 )
 from attnlab.training.compose import compose
-
-EXIT_USER_ERROR = 2
 
 
 def _as_list(value: Any) -> list[str]:
@@ -56,11 +52,8 @@ def _as_list(value: Any) -> list[str]:
 
 
 def build_tables(cfg: Mapping[str, Any] | DictConfig) -> list[Path]:
-    """Build the tables ``cfg`` asks for and return the files written (none for ``table=summary``).
-
-    Everything is read and rendered in memory first and written only at the end, all files of a call
-    renamed into place together, so an error leaves ``out`` as it was.
-    """
+    """Build the tables ``cfg`` asks for and return the files written (none for ``table=summary``, ``by=`` or
+    ``check=true``): load the records, hand them to ``results.table_files``, report what it gives."""
     if isinstance(cfg, DictConfig):
         cfg = OmegaConf.to_container(cfg, resolve=True)
     cfg = dict(cfg)
@@ -71,27 +64,19 @@ def build_tables(cfg: Mapping[str, Any] | DictConfig) -> list[Path]:
         raise TableError(f"logger must be wandb (the same as wandb=true) or unset, got {cfg.get('logger')!r}")
     exp_dir = Path(cfg.get("experiments_dir") or default_experiments_dir())
     table = str(cfg.get("table", "all"))
-
-    if table == "summary" or cfg.get("by"):
-        specs = []
-    elif table == "all":
-        specs = [load_spec(name, exp_dir) for name in list_specs(exp_dir)]
-        if not specs:
-            raise TableError(f"no table specs under {exp_dir} (expected experiments/<paper>/<table>.yaml)")
-    else:
-        specs = [load_spec(table, exp_dir)]
+    out = Path(cfg.get("out") or "results/")
+    plot = bool(cfg.get("plot", True))
+    specs = [] if table == "summary" or cfg.get("by") else specs_named(table, exp_dir)
 
     skip = bool(cfg.get("skip_corrupt", False))
+    roots = _as_list(cfg.get("runs", "runs/"))
     if source == "local":
-        roots = _as_list(cfg.get("runs", "runs/"))
         records, corrupt = load_records(roots, skip_corrupt=skip)
         if not records and not corrupt:
-            print(
-                f"attnlab-table: no results.json under {', '.join(roots)}; every cell will be missing",
-                file=sys.stderr,
-            )
+            print(f"attnlab-table: no results.json under {', '.join(roots)}; every cell will be missing",
+                  file=sys.stderr)
     elif not cfg.get("entity") and not cfg.get("project"):  # offline runs' files under runs=
-        records, corrupt = offline_wandb_records(_as_list(cfg.get("runs", "runs/")), skip_corrupt=skip)
+        records, corrupt = offline_wandb_records(roots, skip_corrupt=skip)
     else:
         records, corrupt = wandb_records(cfg.get("entity"), cfg.get("project"), skip_corrupt=skip)
 
@@ -99,12 +84,10 @@ def build_tables(cfg: Mapping[str, Any] | DictConfig) -> list[Path]:
         sys.stdout.write(render_summary(records, corrupt))
         return []
     if cfg.get("by"):  # an ad-hoc table of these runs, printed; nothing written
-        from attnlab.results.adhoc import adhoc_records, build_adhoc_table
-        from attnlab.training.trivial_baselines import adhoc_baseline
+        from attnlab.training.trivial_baselines import adhoc_baseline  # tasks/ (torch) only for by=
 
-        runs = _as_list(cfg.get("runs", "runs/"))
-        completed = adhoc_records(records, runs)
-        built = build_adhoc_table(completed, runs, _as_list(cfg["by"]), _as_list(cfg.get("metrics")),
+        completed = adhoc_records(records, roots)
+        built = build_adhoc_table(completed, roots, _as_list(cfg["by"]), _as_list(cfg.get("metrics")),
                                   cfg.get("claim"), adhoc_baseline(completed, cfg.get("data_root")))
         sys.stdout.write(render_markdown(built))
         return []
@@ -112,55 +95,24 @@ def build_tables(cfg: Mapping[str, Any] | DictConfig) -> list[Path]:
     papers = load_paper_tables(cfg.get("paper_tables"), experiments_dir=exp_dir)
     if not papers.found:
         print("attnlab-table: paper_tables.yaml not found; paper cells show n/a", file=sys.stderr)
-    files: dict[Path, bytes] = {}
-    built_all = []
-    baselines_root = Path(cfg.get("baselines") or Path(cfg.get("out") or "results/") / BASELINES_FOLDER)
-    for spec in specs:
-        baselines = load_table_baselines(baselines_root, spec.name)
-        built = build_table(spec, records, papers, corrupt, baselines)
-        built_all.append(built)
-        files.update(render_all(built, cfg.get("out") or "results/", plot=bool(cfg.get("plot", True))))
-    if table == "all":  # the overview covers every spec, so only a build of all of them writes it
-        files[Path(cfg.get("out") or "results/") / CLAIMS_FILENAME] = render_claims_overview(built_all).encode()
-        files[Path(cfg.get("out") or "results/") / INDEX_FILENAME] = render_results_index(built_all).encode()
-    for readme in map(Path, _as_list(cfg.get("readme"))):
-        if not readme.is_file():
-            raise TableError(f"readme={readme}: no such file (it names the file whose table blocks to fill)")
-        text = readme.read_text(encoding="utf-8")
-        text = fill_readme_tables(text, {b.spec.name: b for b in built_all}, where=str(readme))
-        if table == "all":  # a paper's claims need every table of the paper
-            text = fill_readme_claims(text, built_all, where=str(readme))
-        files[readme] = text.encode()
+    tables = table_files(specs, records, corrupt, papers, out=out, plot=plot, every_table=table == "all",
+                         baselines_root=Path(cfg.get("baselines") or out / BASELINES_FOLDER),
+                         readmes=[Path(r) for r in _as_list(cfg.get("readme"))])
     if cfg.get("check"):
-        stale = check_tables(files, Path(cfg.get("out") or "results/"), find_orphans=table == "all")
-        if stale:
-            raise TableError(
-                f"{len(stale)} committed table file(s) differ from what the run records give: "
-                f"{', '.join(stale[:5])}{' ...' if len(stale) > 5 else ''}; run `make tables` and commit the result"
-            )
-        print(f"attnlab-table: {len(files)} table file(s) match the run records")
+        refuse_stale_tables(tables, out, find_orphans=table == "all")
+        print(f"attnlab-table: {len(tables.files)} table file(s) match the run records")
         return []
     if not cfg.get("force") and source == "local":
-        refuse_overwrite_from_scratch_runs(files, roots, Path(cfg.get("out") or "results/"))
-    try:
-        written = write_files_atomically(files)
-    except OSError as exc:
-        where = exc.filename or cfg.get("out") or "results/"
-        raise TableError(
-            f"cannot write the tables ({exc.strerror or exc}: {where}); choose a writable folder with out=<dir>"
-        ) from exc
-    for built in built_all:
-        stale = Path(cfg.get("out") or "results/") / f"{built.spec.name}.png"
-        if cfg.get("plot", True) and not has_figure(built) and stale.is_file():
-            stale.unlink()  # a figure of runs that are no longer there; a table without runs has none
-            print(f"removed {stale} (no completed runs to plot)")
-        if cfg.get("print"):
-            sys.stdout.write(render_markdown(built) + "\n")
+        refuse_overwrite_from_scratch_runs(tables.files, roots, out)
+    written, removed = write_table_files(tables, out, plot=plot)
+    for figure in removed:
+        print(f"removed {figure} (no completed runs to plot)")
+    for built in tables.built if cfg.get("print") else ():
+        sys.stdout.write(render_markdown(built) + "\n")
     for path in written:
         print(f"wrote {path}")
     if cfg.get("wandb") or cfg.get("logger") == "wandb":
-        run_id = upload_tables(written, entity=cfg.get("entity"), project=cfg.get("project"), name=table,
-                               folder=Path(cfg.get("out") or "results/"))
+        run_id = upload_tables(written, entity=cfg.get("entity"), project=cfg.get("project"), name=table, folder=out)
         print(f"wandb: tables sent as an artifact of run {run_id}" if run_id else "wandb: no table files to send")
     return written
 
@@ -182,10 +134,6 @@ def _quoted_claim(arg: str) -> str:
 
 def main(argv: list[str] | None = None) -> None:
     """Console script ``attnlab-table``."""
-    from hydra.errors import HydraException
-    from omegaconf.errors import OmegaConfBaseException
-
-
     argv = [_quoted_claim(a) for a in (sys.argv[1:] if argv is None else argv)]
     # Compose once up front so a misspelled key is one line and exit 2, as in attnlab-train.
     if not any(a in HYDRA_FLAGS or a.startswith(tuple(f + "=" for f in HYDRA_FLAGS)) for a in argv):

@@ -1,6 +1,6 @@
-"""``attnlab-train``: a thin Hydra entry point over ``attnlab.training.run``.
+"""``attnlab-train``: the Hydra entry point over ``attnlab.training.run``; it parses, calls and reports.
 
-Before Hydra starts a single run, the config is composed and checked once (``preflight``), so bad input
+Before Hydra starts a single run, the config is composed and checked once (``training.preflight``), so bad input
 gets one line, exit code 2, and no run folder. Whatever goes wrong after that is written to the run
 record (``status: failed`` and why) and wandb is closed, so a multirun goes on with its next job:
 
@@ -23,7 +23,9 @@ import time
 from pathlib import Path
 
 import hydra
-from omegaconf import DictConfig
+from hydra._internal.utils import get_args_parser
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import Container, DictConfig, OmegaConf
 
 from attnlab.cli.common import (
     HYDRA_FLAGS,
@@ -35,22 +37,20 @@ from attnlab.cli.common import (
     one_line,
     quiet_lightning,
 )
-from attnlab.results.record import RECORD_FILENAME, RESOLVED_CONFIG
-from attnlab.training.compose import check_group_choices, compose, compose_checked
+from attnlab.results.record import RECORD_FILENAME
+from attnlab.training.compose import check_group_choices, compose_shown
 from attnlab.training.launch import is_launch_rank_zero
 from attnlab.training.preflight import (
     RUN_DIR_PARTS,
-    check_devices_present,
     check_no_spawned_processes,
     check_resume_keeps_the_config,
-    check_sweep_group_choices,
-    check_sweep_resumes_keep_their_configs,
-    check_sweep_spawns_no_processes,
-    fixed_overrides,
-    given,
+    check_run_folder,
+    check_sweep,
     planned_dir,
-    planned_run_dir,
 )
+from attnlab.training.scale import save_config_that_runs
+from attnlab.training.storage import RunFolderLock, StorageError, check_inside, check_run_folder_entries
+from attnlab.training.sweeps import failed_sweep_records, optimized_value, sweep_resume_hint
 
 log = logging.getLogger("attnlab")
 
@@ -62,28 +62,11 @@ def hydra_main(cfg: DictConfig) -> float | None:
     return optimized_value(record, cfg.get("optimized_metric")) if record is not None else None
 
 
-def optimized_value(record: dict, metric: str | None) -> float | None:
-    """The record's ``metric``: its final value, else its best (a metric only tracked as best); None when no metric
-    is asked. A metric the run did not log stops the sweep with the metrics it has (one line)."""
-    if not metric:
-        return None
-    metrics = record.get("metrics") or {}
-    for part in ("final", "best"):
-        value = (metrics.get(part) or {}).get(metric)
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
-    have = sorted({*(metrics.get("final") or {}), *(metrics.get("best") or {})})
-    raise SystemExit(f"attnlab-train: error: optimized_metric={metric} is not a metric of the run; it has "
-                     f"{', '.join(have) or 'none'}")
-
-
 def train_job(cfg: DictConfig) -> dict | None:
     """The job of one run: its record, or None where the job failed inside a sweep (reported at the end)."""
-    from hydra.core.hydra_config import HydraConfig
-
-    from attnlab.training.checkpointing import Preempted
+    from attnlab.training.checkpointing import Preempted  # torch and Lightning: not for --cfg job or a refusal
+    from attnlab.training.record_writers import record_failure
     from attnlab.training.run import run
-    from attnlab.training.storage import RunFolderLock, StorageError, check_inside, check_run_folder_entries
     from attnlab.training.wandb_run import close_wandb
 
     quiet_lightning()
@@ -132,14 +115,14 @@ def train_job(cfg: DictConfig) -> dict | None:
         fail(f"interrupted (Ctrl-C); rerun the same command to resume from the newest checkpoint in "
              f"{Path(out) / 'checkpoints'}, if there is one{sweep_resume_hint(hc, multirun)}", code=130)
     except REPORTED as exc:
-        reason = _record_failure(cfg, out, command, one_line(exc))
+        reason = record_failure(cfg, out, command, one_line(exc))
         if multirun:
             log.error("job failed: %s", reason)
             _FAILED_JOBS[out] = reason
             return
         fail(reason, code=exit_code(exc))
     except Exception as exc:
-        reason = _record_failure(cfg, out, command, f"{exc.__class__.__name__}: {one_line(exc)}")
+        reason = record_failure(cfg, out, command, f"{exc.__class__.__name__}: {one_line(exc)}")
         if multirun:
             log.exception("job failed: %s", reason)  # the traceback lands in the job's train.log
             _FAILED_JOBS[out] = reason
@@ -154,15 +137,6 @@ def train_job(cfg: DictConfig) -> dict | None:
     for key, value in shown.items():
         log.info("  %-28s %s", key, "n/a" if value is None else f"{value:.4f}")
     return record
-
-
-def sweep_resume_hint(hc: object, multirun: bool) -> str:
-    """Inside a ``-m`` sweep, what "rerun the same command" needs: the sweep's folder. Hydra names a new one per
-    start (multirun/<date>/<time>), so the command as typed would start the sweep over in a fresh folder."""
-    if not multirun:
-        return ""
-    sweep_dir = shlex.quote(f"hydra.sweep.dir={hc.sweep.dir}")
-    return f"; this is a sweep: rerun it with {sweep_dir} added to resume it (as typed, it starts a new sweep folder)"
 
 
 def _run_as_other_rank(cfg: DictConfig, out: str, command: str, overrides: list[str]) -> None:
@@ -186,36 +160,10 @@ _FAILED_JOBS: dict[str, str] = {}
 _SAY_WHEN_LOGGING: list[str] = []
 
 
-def _record_failure(cfg: DictConfig, out: str, command: str, reason: str) -> str:
-    """Write the failed record; the reason, plus a note when the folder could not take even that record."""
-    from attnlab.training.records import write_failed_record
-
-    if write_failed_record(cfg, out, command, reason):
-        return reason
-    return f"{reason}; no run record could be written in {out}"
-
-
-def save_config_that_runs(cfg: DictConfig, overrides: list[str], hydra_dir: Path) -> None:
-    """Apply the scale to ``cfg`` and rewrite ``.hydra/config.yaml`` with it: Hydra saved the config before
-    ``at_scale`` blocks were applied, and the run folder must hold the config that runs. The composition
-    before the scale is kept as ``.hydra/config_before_scale.yaml``."""
-    from omegaconf import OmegaConf
-
-    from attnlab.results.record import BEFORE_SCALE_CONFIG, atomic_write_text
-    from attnlab.training.scale import apply_scale
-
-    before = OmegaConf.to_yaml(cfg)
-    apply_scale(cfg, overrides)  # run() applies it again: a no-op on a scaled config
-    atomic_write_text(hydra_dir / BEFORE_SCALE_CONFIG.name, before)
-    atomic_write_text(hydra_dir / RESOLVED_CONFIG.name, OmegaConf.to_yaml(cfg))
-
-
 def show_config(argv: list[str]) -> bool:
     """Hydra's ``--cfg job|all`` (with ``--resolve`` and ``-p PACKAGE``), printed as Hydra prints it but
     with the scale applied, so it shows the config the run will use. False: not such a call, Hydra's own
     handling applies (``--cfg hydra`` is unaffected by the scale; other flag mixes get Hydra's answer)."""
-    from hydra._internal.utils import get_args_parser
-
     try:
         args = get_args_parser().parse_args(argv)
     except SystemExit:
@@ -224,21 +172,9 @@ def show_config(argv: list[str]) -> bool:
               args.config_path, args.config_name, args.config_dir, args.experimental_rerun)
     if args.cfg not in ("job", "all") or any(others):
         return False
-    from hydra.core.hydra_config import HydraConfig
-    from omegaconf import Container, OmegaConf, flag_override
-
-    from attnlab.training.scale import apply_scale
-
-    with failures_reported():
-        cfg = compose("train", args.overrides, with_hydra=True)
-        apply_scale(cfg, args.overrides)
-    HydraConfig.instance().set_config(cfg)  # as Hydra does, so ${hydra:...} resolves
-    OmegaConf.set_readonly(cfg.hydra, None)
-    if args.cfg == "job":
-        with flag_override(cfg, ["struct", "readonly"], [False, False]):
-            del cfg["hydra"]
     package = None if args.package == "_global_" else args.package
-    shown = cfg if package is None else OmegaConf.select(cfg, package)
+    with failures_reported():
+        shown = compose_shown(args.overrides, job_only=args.cfg == "job", package=package)
     if shown is None:
         sys.stderr.write(f"package '{package}' not found in config\n")
         raise SystemExit(1)
@@ -262,38 +198,14 @@ def main(argv: list[str] | None = None) -> None:
         return
     plain_run = not any(a in HYDRA_FLAGS or a.startswith(tuple(f + "=" for f in HYDRA_FLAGS)) for a in argv)
     if plain_run and is_launch_rank_zero():  # other ranks use the folder rank 0 holds
-        from attnlab.training.storage import (
-            RunFolderLock,
-            busy_message,
-            check_can_create,
-            check_inside,
-            check_run_folder_entries,
-        )
-
         with failures_reported(before_run=True):
-            checked = compose_checked("train", argv)
-            check_devices_present(checked)
-            run_dir = Path(planned_run_dir(argv))
-            if not given(argv, "hydra.run.dir"):
-                check_inside(run_dir, str(checked.paths.runs_dir), RUN_DIR_PARTS)
-            check_can_create(run_dir)
-            check_run_folder_entries(run_dir)
-        owner = RunFolderLock.owner(run_dir)
-        if owner is not None:
-            fail(busy_message(run_dir, owner))
+            checked, run_dir = check_run_folder(argv)
         with failures_reported():
             _SAY_WHEN_LOGGING.extend(check_resume_keeps_the_config(checked, run_dir))
     multirun = any(a in ("-m", "--multirun") for a in argv)
     if multirun and is_launch_rank_zero():
-        from attnlab.training.storage import check_inside
-
         with failures_reported(before_run=True):
-            if not given(argv, "hydra.sweep.dir"):
-                check_inside(planned_dir(argv, "sweep"), str(compose("train", fixed_overrides(argv)).paths.runs_dir),
-                             "hydra.sweep.dir's parts")
-            check_sweep_group_choices(argv)
-            check_sweep_spawns_no_processes(argv)
-            _SAY_WHEN_LOGGING.extend(check_sweep_resumes_keep_their_configs(argv))
+            _SAY_WHEN_LOGGING.extend(check_sweep(argv))
     if multirun and not any(a.startswith("hydra.sweep.dir=") for a in argv):
         # Name the sweep folder now (as Hydra would), to find its failed jobs afterwards; where the command is
         # wrong, Hydra itself reports it.
@@ -305,34 +217,13 @@ def main(argv: list[str] | None = None) -> None:
     started = time.time()
     hydra_main()
     if multirun:
-        failed = {str(Path(k).resolve()): v for k, v in (*_failed_records(argv, since=started).items(),
+        failed = {str(Path(k).resolve()): v for k, v in (*failed_sweep_records(argv, since=started).items(),
                                                            *_FAILED_JOBS.items())}
         if failed:
             print(f"attnlab-train: error: {len(failed)} job(s) of the sweep failed:", file=sys.stderr)
             for folder, reason in sorted(failed.items()):
                 print(f"  {folder}: {reason}", file=sys.stderr)
             raise SystemExit(1)
-
-
-def _failed_records(argv: list[str], since: float) -> dict[str, str]:
-    """{run folder: error} of the failed records written by this sweep (under its ``hydra.sweep.dir``)."""
-    import json
-
-
-    given = [a.split("=", 1)[1] for a in argv if a.startswith("hydra.sweep.dir=")]
-    if not given:
-        return {}
-    failed = {}
-    for path in Path(given[-1].strip("'\"")).rglob(RECORD_FILENAME):
-        try:
-            if path.stat().st_mtime < since:
-                continue
-            record = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            continue
-        if isinstance(record, dict) and record.get("status") == "failed":
-            failed[str(path.parent)] = str(record.get("error"))
-    return failed
 
 
 if __name__ == "__main__":

@@ -7,7 +7,7 @@ Every run folder under the given roots that holds a run record (``results.json``
 (``csv/metrics.csv``) is one curve. Runs are grouped by the ``--by`` keys (record fields such as
 ``model.attention``, or keys of the config saved beside the record such as ``optim.lr``); each group is drawn as
 the mean over its seeds with a band from the lowest to the highest seed, at the steps every seed of the group
-logged. A resumed run appends its later segments to the same CSV (``training/resumable.py``); a step logged twice
+logged. A resumed run appends its later segments to the same CSV (``training/resumable_csv.py``); a step logged twice
 (the segment after a kill repeats the steps after its checkpoint) keeps its last value, so the segments join into
 one curve. Losses, perplexities and NLLs get a log axis. Writes ``<out>.png`` and ``<out>.svg``.
 """

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import fnmatch
+import functools
 import glob
 import hashlib
 import json
@@ -73,14 +74,27 @@ class RecordError(UserError):
 #   when_failed:    "required": a failed record must still have it (a run can fail before its config is even
 #                   valid, so a failed record may leave null what it could not know; a table cannot show a
 #                   failure without these);
-#   optional:       the key may be absent.
-# The JSON form is ``RunRecord.to_dict()``; writers build plain dicts with record_header.
+#   optional:       the key may be absent (its default, ABSENT, leaves it out of the written record).
+# No other key is valid, at any depth: a reader's field is declared here. A writer passes the sections it measured
+# to record_header as these dataclasses (Cost(...), Extra(...)), so a misspelt field fails where it is written.
 
 _REQUIRED_WHEN_FAILED = {"when_failed": "required"}
 
 
+class _Absent:
+    def __repr__(self) -> str:
+        return "ABSENT"
+
+
+ABSENT: Any = _Absent()  # an optional field nothing set: not written
+
+
 def _from_config(key: str) -> dict[str, str]:
     return {"config": key}
+
+
+def _optional() -> Any:
+    return field(default=ABSENT, metadata={"optional": True})
 
 
 @dataclass
@@ -118,10 +132,48 @@ class ParamCount:
 
 
 @dataclass
-class Cost:  # writers add more (cpu_s, steps, mfu, ...); these three are what every record has
-    wall_s: float | None
+class Cost:
+    # What every record has (a record rebuilt from wandb has only these).
+    wall_s: float | None  # every segment of a resumed run
     tokens_per_s: float | None
     peak_mem_mb: float | None
+    # What attnlab-train measures (training/record_writers.py); older records lack some (cpu_s, segments, ...).
+    cpu_s: float | None = _optional()  # CPU seconds of the process: at one torch thread, what the run costs alone
+    segments: int | None = _optional()  # how many processes trained it (a resumed run has several)
+    torch_threads: int | None = _optional()
+    step_s: float | None = _optional()
+    steps: int | None = _optional()
+    startup_s: float | None = _optional()  # config checks, data, tokenizer, model up to the first training batch
+    mfu: float | None = _optional()  # model FLOPs utilisation (callbacks.mfu; training/perf.py)
+    flops_per_token: float | None = _optional()
+    peak_flops: float | None = _optional()
+    peak_source: str | None = _optional()
+    steady_tokens_per_s: float | None = _optional()  # past the warm-up (Throughput.steady_state)
+    steady_step_s: float | None = _optional()
+    steady_steps: int | None = _optional()
+    steady_mfu: float | None = _optional()
+
+
+@dataclass
+class AttentionCoverage:  # training/sparsity.py; claims' preconditions read attended_fraction_mean
+    attended_fraction_mean: float
+    attended_fraction_max: float
+    attended_fraction_min: float
+    dense_fallback_share: float
+    lengths: dict[str, float]  # min, max, mean, examples of the test split's lengths
+    block_size: int | None
+
+
+@dataclass
+class Extra:  # what attnlab-train adds beyond the core; every key may be absent (a record rebuilt from wandb)
+    debug: str | None = _optional()  # the debug preset (debug_mode): tables leave such runs out
+    skipped_batches: int = _optional()  # batches the NaN guard skipped
+    attention_coverage: AttentionCoverage = _optional()
+    attention_kernels: list[str] = _optional()  # the kernels that served a sparse attention (BigBird's impl)
+    test_checkpoint: dict[str, Any] = _optional()  # the weights the test split was scored with
+    resumed_from: str = _optional()  # the checkpoint a resumed run started from
+    interrupted: dict[str, Any] = _optional()  # Ctrl-C: signal, step, checkpoint, resume_with (and phase)
+    preempted: dict[str, Any] = _optional()  # a stop signal: the same keys
 
 
 @dataclass(kw_only=True)
@@ -147,11 +199,22 @@ class RunRecord:
     command: str = field(metadata=_REQUIRED_WHEN_FAILED)
     created: str = field(metadata=_REQUIRED_WHEN_FAILED)  # ISO 8601
     versions: dict[str, str | None] = field(default_factory=dict)
-    # free-form additions that tables ignore
-    extra: dict[str, Any] = field(default_factory=dict, metadata={"optional": True})
+    extra: Extra = field(default_factory=Extra, metadata={"optional": True})
 
     def to_dict(self) -> dict[str, Any]:
-        return sanitize_record(dataclasses.asdict(self))
+        return sanitize_record(plain(self))
+
+
+def plain(value: Any) -> Any:
+    """The JSON form of a schema dataclass (or a value inside one): fields left ABSENT are not written."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: plain(getattr(value, f.name)) for f in dataclasses.fields(value)
+                if getattr(value, f.name) is not ABSENT}
+    if isinstance(value, Mapping):
+        return {k: plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [plain(v) for v in value]
+    return value
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -181,21 +244,26 @@ def _json_types(hint: Any) -> FieldTypes:
     return tuple(allowed), type(None) in options
 
 
+@functools.cache
 def _fields_of(cls: type) -> list[tuple[dataclasses.Field, Any]]:
     hints = typing.get_type_hints(cls)
     return [(f, hints[f.name]) for f in dataclasses.fields(cls)]
 
 
-_TOP: dict[str, FieldTypes] = {
-    f.name: _json_types(hint) for f, hint in _fields_of(RunRecord) if not f.metadata.get("optional")
-}
-_OPTIONAL_TOP: dict[str, FieldTypes] = {
-    f.name: _json_types(hint) for f, hint in _fields_of(RunRecord) if f.metadata.get("optional")
-}
+@functools.cache
+def _schema_of(cls: type) -> tuple[dict[str, FieldTypes], dict[str, FieldTypes]]:
+    """(required fields, optional fields) of a schema dataclass, each name -> (JSON types, nullable)."""
+    fields = _fields_of(cls)
+    return ({f.name: _json_types(hint) for f, hint in fields if not f.metadata.get("optional")},
+            {f.name: _json_types(hint) for f, hint in fields if f.metadata.get("optional")})
+
+
+_TOP, _OPTIONAL_TOP = _schema_of(RunRecord)
+# The required fields of each required object (what every record has).
 _NESTED: dict[str, dict[str, FieldTypes]] = {
-    f.name: {g.name: _json_types(sub) for g, sub in _fields_of(hint)}
+    f.name: _schema_of(hint)[0]
     for f, hint in _fields_of(RunRecord)
-    if dataclasses.is_dataclass(hint)
+    if dataclasses.is_dataclass(hint) and not f.metadata.get("optional")
 }
 _REQUIRED_WHEN_FAILED_KEYS = frozenset(
     f.name for f in dataclasses.fields(RunRecord) if f.metadata.get("when_failed") == "required"
@@ -220,8 +288,7 @@ HEADER_FROM_CONFIG: tuple[tuple[str, str], ...] = tuple(_config_fields(RunRecord
 
 
 def _default(f: dataclasses.Field) -> Any:
-    value = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
-    return dataclasses.asdict(value) if dataclasses.is_dataclass(value) else value
+    return plain(f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default)
 
 
 def record_header(
@@ -234,13 +301,15 @@ def record_header(
     command: str,
     created: str,
     error: str | None = None,
+    **sections: Any,
 ) -> dict[str, Any]:
     """A new run record: the header of the run (status, what ran, where, when) and everything else at the
     schema's empty defaults (no metrics, params, cost, flavours or versions yet), for the writer to fill.
 
     The one constructor of every record (completed, interrupted, failed, rebuilt from wandb): the fields that
-    repeat the config are ``config_value(key)`` for each key of :data:`HEADER_FROM_CONFIG`; ``extra`` (optional)
-    is not added.
+    repeat the config are ``config_value(key)`` for each key of :data:`HEADER_FROM_CONFIG`. ``sections``: what the
+    writer measured, by field name (``metrics=Metrics(...)``, ``cost=Cost(...)``, ``extra=Extra(...)``, plain
+    values for plain fields), written through :func:`plain`; ``extra`` (optional) is added only when given.
     """
     record: dict[str, Any] = {}
     for f in dataclasses.fields(RunRecord):
@@ -258,6 +327,10 @@ def record_header(
         node[name] = config_value(key)
     record.update(status=status, error=error, config_hash=config_hash, git=dict(git), run_dir=run_dir,
                   command=command, created=created)
+    unknown = sorted(set(sections) - set(_TOP) - set(_OPTIONAL_TOP))
+    if unknown:
+        raise TypeError(f"record_header: no record field(s) {', '.join(unknown)}")
+    record.update({name: plain(value) for name, value in sections.items()})
     return record
 
 
@@ -295,6 +368,22 @@ def _check_fields(
             )
 
 
+def _check_object(obj: Mapping[str, Any], cls: type, where: str, problems: list[str], lenient: bool) -> None:
+    """An object of the record against its dataclass ``cls``, at any depth: required fields present and typed,
+    optional ones typed where present, no other key."""
+    required, optional = _schema_of(cls)
+    _check_fields(obj, required, where, problems, lenient)
+    _check_fields({k: v for k, v in obj.items() if k in optional}, {k: t for k, t in optional.items() if k in obj},
+                  where, problems)
+    unknown = sorted(set(obj) - set(required) - set(optional))
+    if unknown:
+        problems.append(f"unknown key(s) {', '.join(where + k for k in unknown)} (a record's fields are "
+                        f"results/record.py's {cls.__name__})")
+    for f, hint in _fields_of(cls):
+        if dataclasses.is_dataclass(hint) and isinstance(obj.get(f.name), Mapping):
+            _check_object(obj[f.name], hint, f"{where}{f.name}.", problems, lenient)
+
+
 def _is_iso_time(text: str) -> bool:
     # Python 3.10's fromisoformat rejects "+0000" offsets (what strftime's %z gives); accept those too.
     for parse in (datetime.fromisoformat, lambda t: datetime.strptime(t, "%Y-%m-%dT%H:%M:%S%z")):
@@ -323,14 +412,14 @@ def validate_record(record: Any) -> list[str]:
         _check_fields(record, _OPTIONAL_TOP, "", problems)
     unknown = sorted(set(record) - set(_TOP) - set(_OPTIONAL_TOP))
     if unknown:
-        problems.append(f"unknown key(s) {', '.join(unknown)} (free-form data belongs under 'extra')")
+        problems.append(f"unknown key(s) {', '.join(unknown)} (a record's fields are results/record.py's RunRecord)")
     if version is not None and version != SCHEMA_VERSION and _type_ok(version, _INT, False):
         problems.append(f"schema_version must be {SCHEMA_VERSION}, got {version}")
 
-    for key, schema in _NESTED.items():
-        sub = record.get(key)
-        if isinstance(sub, Mapping):
-            _check_fields(sub, schema, f"{key}.", problems, lenient=failed and key != "metrics")
+    for f, hint in _fields_of(RunRecord):
+        sub = record.get(f.name)
+        if dataclasses.is_dataclass(hint) and isinstance(sub, Mapping):
+            _check_object(sub, hint, f"{f.name}.", problems, lenient=failed and f.name != "metrics")
 
     status = record.get("status")
     if isinstance(status, str) and status not in STATUSES:

@@ -1,18 +1,29 @@
-"""The files of a table build beyond the tables themselves: README blocks filled with generated tables and claims,
-the check that committed table files match the run records, and the refusal to overwrite published tables with
-tables of scratch runs. ``attnlab-table`` (``cli/table.py``) builds, then calls these.
+"""Every file of a table build, in memory first and then written together: the tables of the specs
+(``<out>/<paper>/<table>.{md,csv,tex,png}``), the overviews results/CLAIMS.md and results/README.md, README blocks
+filled with generated tables and claims; the check that the committed files match the run records; the refusal to
+overwrite published tables with tables of scratch runs. ``attnlab-table`` loads the records, hands them to
+:func:`table_files`, then checks or writes what it returns.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from attnlab.errors import TableError
-from attnlab.results.render import render_markdown
-from attnlab.results.render.claims import render_paper_claims
+from attnlab.results.baselines import load_table_baselines
+from attnlab.results.build import BuiltTable, build_table
+from attnlab.results.loading import Corrupt, Loaded
+from attnlab.results.paper import PaperTables
+from attnlab.results.record import write_files_atomically
+from attnlab.results.render import render_all, render_markdown
+from attnlab.results.render.claims import render_claims_overview, render_paper_claims
+from attnlab.results.render.index import INDEX_FILENAME, render_results_index
+from attnlab.results.render.png import has_figure
+from attnlab.results.spec import TableSpec, list_specs, load_spec
 
 TABLE_SUFFIXES = (".md", ".csv", ".tex", ".png")
 CLAIMS_FILENAME = "CLAIMS.md"  # under out/: every claim of every table
@@ -35,6 +46,8 @@ def refuse_overwrite_from_scratch_runs(files: Mapping[Path, bytes], roots: list[
             f"{', ...' if len(changed) > 1 else ''}) with tables built from runs={','.join(roots)}, which is not "
             f"{out / PUBLISHED_RUNS}; pass out=<another folder> to look at them, or force=true to overwrite"
         )
+
+
 README_BLOCK = re.compile(r"(<!-- attnlab-table: (\S+) -->\n)(.*?)(<!-- /attnlab-table -->)", re.S)
 
 
@@ -91,3 +104,73 @@ def check_tables(files: Mapping[Path, bytes], out: Path, find_orphans: bool) -> 
             if path.suffix in TABLE_SUFFIXES and path.resolve() not in expected:
                 differ.append(f"{path} (no spec generates it)")
     return differ
+
+
+def specs_named(table: str, experiments_dir: Path) -> list[TableSpec]:
+    """The specs ``table=`` names: one ``<paper>/<table>``, or every spec under ``experiments_dir`` for ``all``."""
+    if table != "all":
+        return [load_spec(table, experiments_dir)]
+    specs = [load_spec(name, experiments_dir) for name in list_specs(experiments_dir)]
+    if not specs:
+        raise TableError(f"no table specs under {experiments_dir} (expected experiments/<paper>/<table>.yaml)")
+    return specs
+
+
+@dataclass
+class TableFiles:
+    """What a build gives: the built tables (in spec order) and every file path -> content, nothing written yet."""
+
+    built: list[BuiltTable]
+    files: dict[Path, bytes] = field(default_factory=dict)
+
+
+def table_files(specs: Sequence[TableSpec], records: list[Loaded], corrupt: list[Corrupt], papers: PaperTables, *,
+                out: Path, baselines_root: Path, plot: bool = True, readmes: Sequence[Path] = (),
+                every_table: bool = False) -> TableFiles:
+    """Build every spec from ``records`` and render its files under ``out``; with ``every_table`` (``table=all``)
+    also the overviews, which cover every spec. ``readmes``: pages whose table blocks (and, with ``every_table``,
+    claims blocks: a paper's claims need every table of the paper) are filled."""
+    result = TableFiles([])
+    for spec in specs:
+        built = build_table(spec, records, papers, corrupt, load_table_baselines(baselines_root, spec.name))
+        result.built.append(built)
+        result.files.update(render_all(built, out, plot=plot))
+    if every_table:
+        result.files[out / CLAIMS_FILENAME] = render_claims_overview(result.built).encode()
+        result.files[out / INDEX_FILENAME] = render_results_index(result.built).encode()
+    for readme in readmes:
+        if not readme.is_file():
+            raise TableError(f"readme={readme}: no such file (it names the file whose table blocks to fill)")
+        text = fill_readme_tables(readme.read_text(encoding="utf-8"), {b.spec.name: b for b in result.built},
+                                  where=str(readme))
+        if every_table:
+            text = fill_readme_claims(text, result.built, where=str(readme))
+        result.files[readme] = text.encode()
+    return result
+
+
+def refuse_stale_tables(tables: TableFiles, out: Path, find_orphans: bool) -> None:
+    """TableError naming the committed files that differ from ``tables`` (:func:`check_tables`)."""
+    stale = check_tables(tables.files, out, find_orphans)
+    if stale:
+        raise TableError(
+            f"{len(stale)} committed table file(s) differ from what the run records give: "
+            f"{', '.join(stale[:5])}{' ...' if len(stale) > 5 else ''}; run `make tables` and commit the result"
+        )
+
+
+def write_table_files(tables: TableFiles, out: Path, plot: bool = True) -> tuple[list[Path], list[Path]]:
+    """Write every file at once (all renamed into place together, so an error leaves ``out`` as it was), then
+    remove the figure of a table that no longer has one (its runs are gone). Returns (written, removed)."""
+    try:
+        written = write_files_atomically(tables.files)
+    except OSError as exc:
+        raise TableError(f"cannot write the tables ({exc.strerror or exc}: {exc.filename or out}); choose a "
+                         "writable folder with out=<dir>") from exc
+    removed = []
+    for built in tables.built:
+        figure = out / f"{built.spec.name}.png"
+        if plot and not has_figure(built) and figure.is_file():
+            figure.unlink()
+            removed.append(figure)
+    return written, removed

@@ -11,7 +11,7 @@ from typing import Any
 
 from attnlab.errors import TableError
 from attnlab.results.loading import Corrupt, Loaded, corrupt_hint
-from attnlab.results.record import config_hash, record_header, sanitize_record
+from attnlab.results.record import Cost, Metrics, ParamCount, config_hash, record_header, sanitize_record
 
 _STATE = {
     "finished": "completed",
@@ -94,20 +94,12 @@ def record_from_wandb(summary: Mapping, config: Mapping, state: str, run_id: str
         run_dir=url,
         command=f"(wandb run {url})",
         created=summary.get("created") or "1970-01-01T00:00:00",
+        metrics=Metrics(final=final, best={}),
+        params=ParamCount(total=summary.get("model/params/total"), trainable=summary.get("model/params/trainable")),
+        cost=Cost(wall_s=summary.get("_runtime"), tokens_per_s=summary.get("perf/tokens_per_s"),
+                  peak_mem_mb=summary.get("perf/peak_mem_mb")),
+        wandb_run_id=run_id,
     )
-    record.update({
-        "metrics": {"final": final, "best": {}},
-        "params": {
-            "total": summary.get("model/params/total"),
-            "trainable": summary.get("model/params/trainable"),
-        },
-        "cost": {
-            "wall_s": summary.get("_runtime"),
-            "tokens_per_s": summary.get("perf/tokens_per_s"),
-            "peak_mem_mb": summary.get("perf/peak_mem_mb"),
-        },
-        "wandb_run_id": run_id,
-    })
     return sanitize_record(record)
 
 

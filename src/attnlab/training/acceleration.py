@@ -10,7 +10,7 @@ exception after a non-finite loss under gradient accumulation (``nan_check`` bel
   which can also skip an update on the device (``nan_check``).
 - ``nan_check``: ``every_step`` reads the loss on the host before each backward pass (a wait for the
   accelerator per step); ``deferred`` keeps the check on the device (a non-finite update is skipped there by
-  the fused optimizer) and reads it every ``trainer.log_every_n_steps`` (``training.faults``; with
+  the fused optimizer) and reads it every ``trainer.log_every_n_steps`` (``training.nonfinite_guard``; with
   accumulation it drops the whole update holding a non-finite micro-batch, ``every_step`` only that
   micro-batch); ``auto`` is
   ``deferred`` where the optimizer can skip on the device and the device is a GPU.

@@ -20,7 +20,7 @@ from attnlab.errors import ConfigError
 from attnlab.tasks import DataError, TaskData, build_task
 from attnlab.training.acceleration import apply_to_module, switch
 from attnlab.training.modules import MODULES, TaskModule
-from attnlab.training.resumable import ResumableDataModule
+from attnlab.training.resumable_data import ResumableDataModule
 
 log = logging.getLogger("attnlab")
 

@@ -398,6 +398,13 @@ class LastCheckpoint(Checkpoint):
         raise Preempted(signum, trainer.global_step, str(self.path), self._previous.get(signum))
 
 
+def checkpoint_bytes(module: torch.nn.Module) -> int:
+    """About the size of one checkpoint: weights plus Adam's two moments, plus a margin for the rest."""
+    weights = sum(t.numel() * t.element_size() for t in module.state_dict().values())
+    params = sum(p.numel() * p.element_size() for p in module.parameters() if p.requires_grad)
+    return int(weights + 2 * params + (1 << 20))
+
+
 def stop_signals() -> list[int]:
     return [getattr(signal, name) for name in SIGNALS if hasattr(signal, name)]
 

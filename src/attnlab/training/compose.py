@@ -10,14 +10,17 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
+from hydra.core.hydra_config import HydraConfig
 from hydra.errors import HydraException
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, flag_override
 from omegaconf.errors import OmegaConfBaseException
 from yaml import YAMLError
 
 from attnlab.errors import ConfigError, UserError
 from attnlab.training.launch import log_file_name, shared_run_id
+from attnlab.training.scale import apply_scale
 
 # The run folder's log file, per process of a DDP run (hydra/job_logging/attnlab.yaml).
 OmegaConf.register_new_resolver("attnlab_log_file", lambda: log_file_name(), replace=True)
@@ -46,12 +49,24 @@ def compose_checked(config_name: str, overrides: list[str]) -> DictConfig:
     """Compose, apply the scale and validate (the root keys too), as the run will; raises ``UserError``s
     (``attnlab.errors``) and Hydra's parse errors. Neither Lightning nor the model is needed for that."""
     from attnlab.training.config import validate
-    from attnlab.training.scale import apply_scale
 
     cfg = compose(config_name, overrides)
     apply_scale(cfg, overrides)
     validate(cfg)
     return cfg
+
+
+def compose_shown(overrides: list[str], *, job_only: bool, package: str | None) -> Any:
+    """What ``attnlab-train --cfg job|all [-p PACKAGE]`` prints: the config composed as Hydra composes it, with the
+    scale applied (the config the run will use); ``job_only`` drops Hydra's node. None: no such package."""
+    cfg = compose("train", overrides, with_hydra=True)
+    apply_scale(cfg, overrides)
+    HydraConfig.instance().set_config(cfg)  # as Hydra does, so ${hydra:...} resolves
+    OmegaConf.set_readonly(cfg.hydra, None)
+    if job_only:
+        with flag_override(cfg, ["struct", "readonly"], [False, False]):
+            del cfg["hydra"]
+    return cfg if package is None else OmegaConf.select(cfg, package)
 
 
 def check_group_choices(overrides: list[str]) -> None:

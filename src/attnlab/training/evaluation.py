@@ -146,7 +146,7 @@ def _test(run_dir: Path, ckpt_path: Path, overrides: list[str] | None):
 
     from attnlab.training.build import build_datamodule, build_module, build_task_data
     from attnlab.training.checkpointing import init_weights_from
-    from attnlab.training.records import collect_metrics
+    from attnlab.training.record_writers import collect_metrics
 
     cfg = load_run_config(run_dir, list(overrides or []))
     L.seed_everything(int(cfg.seed), workers=True, verbose=False)

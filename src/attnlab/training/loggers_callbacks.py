@@ -14,8 +14,8 @@ from attnlab.results.record import CHECKPOINTS_DIR
 from attnlab.training.acceleration import nan_check
 from attnlab.training.callbacks import BestMetrics, MetricsLine, PonderStats, Throughput
 from attnlab.training.checkpointing import LastCheckpoint, RandomState, checkpoint_step
-from attnlab.training.faults import NonFiniteGuard
-from attnlab.training.resumable import ResumableCSVLogger
+from attnlab.training.nonfinite_guard import NonFiniteGuard
+from attnlab.training.resumable_csv import ResumableCSVLogger
 from attnlab.training.wandb_run import build_wandb_logger, wants_wandb
 
 

@@ -1,6 +1,8 @@
 """The checks of a training command before anything runs (a config composed and checked, its run or sweep folder,
 a resumed folder's config, the devices asked for), and the config file a run folder keeps: each refusal is a
-``UserError`` (one line) raised before Hydra starts a job. ``attnlab-train`` (``cli/train.py``) calls them.
+``UserError`` (one line) raised before Hydra starts a job. ``attnlab-train`` (``cli/train.py``) calls
+:func:`check_run_folder` and :func:`check_resume_keeps_the_config` before a single run, :func:`check_sweep` before a
+``-m`` sweep.
 """
 
 from __future__ import annotations
@@ -12,6 +14,14 @@ from omegaconf import DictConfig
 from attnlab.errors import ConfigError
 from attnlab.results.record import CHECKPOINTS_DIR, RESOLVED_CONFIG
 from attnlab.training.compose import USER_ERRORS, compose, compose_checked, one_line
+from attnlab.training.storage import (
+    RunFolderBusy,
+    RunFolderLock,
+    busy_message,
+    check_can_create,
+    check_inside,
+    check_run_folder_entries,
+)
 
 
 def check_no_spawned_processes(cfg: DictConfig) -> None:
@@ -181,3 +191,32 @@ def planned_dir(argv: list[str], mode: str) -> str:
     """``hydra.run.dir`` or ``hydra.sweep.dir`` as Hydra will resolve it (sweep values and flags left out)."""
     cfg = compose("train", fixed_overrides(argv), with_hydra=True)
     return str(cfg.hydra.run.dir if mode == "run" else cfg.hydra.sweep.dir)
+
+
+def check_run_folder(argv: list[str]) -> tuple[DictConfig, Path]:
+    """The config of a single run, composed and checked, and the folder Hydra will give it: the devices it asks for
+    are there, the folder lies under ``paths.runs_dir`` (unless ``hydra.run.dir`` is given), can be made, holds
+    nothing planted and is not in use by a live run (``RunFolderBusy``)."""
+    cfg = compose_checked("train", argv)
+    check_devices_present(cfg)
+    run_dir = Path(planned_run_dir(argv))
+    if not given(argv, "hydra.run.dir"):
+        check_inside(run_dir, str(cfg.paths.runs_dir), RUN_DIR_PARTS)
+    check_can_create(run_dir)
+    check_run_folder_entries(run_dir)
+    owner = RunFolderLock.owner(run_dir)
+    if owner is not None:
+        raise RunFolderBusy(busy_message(run_dir, owner))
+    return cfg, run_dir
+
+
+def check_sweep(argv: list[str]) -> list[str]:
+    """The checks of a ``-m`` sweep before its first job: its folder lies under ``paths.runs_dir`` (unless
+    ``hydra.sweep.dir`` is given), every choice of every swept group exists, no job would spawn processes, no job
+    would resume a folder of another configuration. Returns what the resumes allow to change, for the jobs' log."""
+    if not given(argv, "hydra.sweep.dir"):
+        check_inside(planned_dir(argv, "sweep"), str(compose("train", fixed_overrides(argv)).paths.runs_dir),
+                     "hydra.sweep.dir's parts")
+    check_sweep_group_choices(argv)
+    check_sweep_spawns_no_processes(argv)
+    return check_sweep_resumes_keep_their_configs(argv)

@@ -29,7 +29,7 @@ from attnlab.results.record import (
     load_json,
 )
 
-# How a recorded command starts (training/records.py writes the program as the user typed it).
+# How a recorded command starts (training/record_writers.py writes the program as the user typed it).
 _PROGRAMS = (("attnlab-train",), ("python", "-m", "attnlab.train"), ("python", "-m", "attnlab.cli.train"))
 
 
@@ -103,7 +103,7 @@ def _comparable(cfg: DictConfig) -> dict[str, Any]:
 
     try:
         plain = OmegaConf.to_container(trimmed, resolve=True)
-    except Exception:  # noqa: BLE001 - as the run's hash does (training/records.py): compared as written
+    except Exception:  # noqa: BLE001 - as the run's hash does (training/record_writers.py): compared as written
         plain = OmegaConf.to_container(trimmed, resolve=False)
     walk(plain, "")
     return out

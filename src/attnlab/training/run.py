@@ -2,16 +2,17 @@
 the record.
 
 ``run`` tells that story; each step is done in the module that owns it: ``build.py`` (data, module, batching),
-``describe.py`` (the first lines of ``train.log``), ``resume.py`` (which checkpoint a run starts from and which
-weights it tests), ``loggers_callbacks.py``, ``checkpointing.py``, ``stop_signals.py`` and ``records.py`` (the run
-record and its writers). ``cli/train.py`` is a thin Hydra entry point over ``run``. Import a builder or a record
-writer from the module that owns it; this one re-exports nothing.
+``describe.py`` (the first lines of ``train.log``), ``checkpoint_choice.py`` (which checkpoint a run starts from and
+which weights it tests), ``loggers_callbacks.py``, ``checkpointing.py``, ``nonfinite_guard.py``, ``stop_signals.py``
+and ``record_writers.py`` (the run record and its writers). ``cli/train.py`` is the Hydra entry point over ``run``.
+Import a builder or a record writer from the module that owns it; this one re-exports nothing.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import shlex
 import signal
 import sys
 import time
@@ -34,11 +35,13 @@ from attnlab.training.build import (
     derive_batching,
 )
 from attnlab.training.callbacks import RunCost
+from attnlab.training.checkpoint_choice import load_test_weights, select_checkpoint
 from attnlab.training.checkpointing import (
     AtomicCheckpointIO,
     LastCheckpoint,
     Preempted,
     check_weights_fit,
+    checkpoint_bytes,
     checkpoint_step,
     find_resume_checkpoint,
     init_weights_from,
@@ -47,17 +50,16 @@ from attnlab.training.checkpointing import (
 from attnlab.training.config import validate
 from attnlab.training.config_hash import asked_config_hash
 from attnlab.training.describe import describe_build, describe_config
-from attnlab.training.faults import NonFiniteGuard, checkpoint_bytes
 from attnlab.training.loggers_callbacks import build_callbacks, build_loggers
-from attnlab.training.records import (
+from attnlab.training.nonfinite_guard import NonFiniteGuard
+from attnlab.training.record_writers import (
     RunClock,
-    _completed_twin,
-    _record,
-    _stopped_before_training,
-    _storage_errors,
-    _write_interrupted_record,
+    completed_twin,
+    run_record,
+    stopped_before_training,
+    storage_errors,
+    write_interrupted_record,
 )
-from attnlab.training.resume import load_test_weights, select_checkpoint
 from attnlab.training.scale import apply_scale
 from attnlab.training.stop_signals import Interrupted, RunSignals, StoppedBySignal, signals_deferred
 from attnlab.training.storage import check_free_space, check_writable, storage_failure
@@ -143,7 +145,7 @@ def run(cfg: DictConfig, *, run_dir: str | os.PathLike | None = None, command: s
     # The hash of the config as asked for: the build below fills in values found in the data (max_len,
     # QKNorm's g0, ...), and a rerun must find this record by the hash it computes before that.
     asked_hash = asked_config_hash(cfg)
-    done = _completed_twin(cfg)
+    done = completed_twin(cfg)
     if done is not None:
         return done
     run_dir = Path(run_dir or cfg.paths.run_dir)
@@ -163,7 +165,7 @@ def _train_and_test(cfg: DictConfig, run_dir: Path, command: str | None, started
         with signals.raising("while preparing the run (data, tokenizer, model)"):
             prepared = _prepare(cfg, run_dir, signals, started)
     except (StoppedBySignal, KeyboardInterrupt) as exc:
-        raise _stopped_before_training(cfg, run_dir, command, exc) from None
+        raise stopped_before_training(cfg, run_dir, command, exc) from None
     tested = _fit_and_test(cfg, run_dir, command, started, asked_hash, signals, prepared)
     return _record_completed(cfg, run_dir, command, started, asked_hash, prepared, tested)
 
@@ -248,7 +250,7 @@ def _fit_and_test(cfg: DictConfig, run_dir: Path, command: str | None, started: 
             raise failure from None
         raise
     except Preempted as exc:
-        _write_interrupted_record(cfg, run_dir, command, trainer, module, callbacks, task, started, exc, asked_hash)
+        write_interrupted_record(cfg, run_dir, command, trainer, module, callbacks, task, started, exc, asked_hash)
         raise
     except (SystemExit, KeyboardInterrupt) as exc:
         from lightning.pytorch.utilities.exceptions import SIGTERMException
@@ -259,7 +261,7 @@ def _fit_and_test(cfg: DictConfig, run_dir: Path, command: str | None, started: 
             with signals_deferred():  # a further Ctrl-C may not cut the search or the record short
                 found = find_resume_checkpoint(run_dir / CHECKPOINTS_DIR)  # what a rerun resumes from
                 interrupted = Interrupted(trainer.global_step, str(found[0]) if found else None)
-                _write_interrupted_record(cfg, run_dir, command, trainer, module, callbacks, task, started,
+                write_interrupted_record(cfg, run_dir, command, trainer, module, callbacks, task, started,
                                           interrupted, asked_hash)
             raise interrupted from None
         if not isinstance(exc, SIGTERMException):
@@ -267,7 +269,7 @@ def _fit_and_test(cfg: DictConfig, run_dir: Path, command: str | None, started: 
         # SIGTERM while testing: training is over and its checkpoint saved; a rerun only tests again.
         ckpt = last.path if last is not None and last.path.is_file() else None
         preempted = Preempted(signal.SIGTERM, trainer.global_step, str(ckpt) if ckpt else None)
-        _write_interrupted_record(cfg, run_dir, command, trainer, module, callbacks, task, started, preempted,
+        write_interrupted_record(cfg, run_dir, command, trainer, module, callbacks, task, started, preempted,
                                   asked_hash)
         raise preempted from None
 
@@ -282,16 +284,15 @@ def _record_completed(cfg: DictConfig, run_dir: Path, command: str | None, start
     if trainer.global_step == 0 and not cfg.trainer.fast_dev_run:
         raise DataError("the run trained 0 steps (no training batch was drawn); it is not recorded as completed: "
                         "check the training split and trainer.limit_train_batches")
-    record = _record(cfg, run_dir, command, trainer, module, callbacks, task, started, status="completed",
-                     config_hash=asked_hash)
-    record["metric_flavours"]["test_weights"] = tested.pop("flavour")
-    record["extra"]["test_checkpoint"] = tested
-    if resume_path is not None:
-        record["extra"]["resumed_from"] = str(Path(resume_path).resolve())
+    flavour = tested.pop("flavour")
+    resumed = {} if resume_path is None else {"resumed_from": str(Path(resume_path).resolve())}
+    record = run_record(cfg, run_dir, command or shlex.join(sys.argv), trainer, module, callbacks, task, started,
+                     status="completed", config_hash=asked_hash, flavours={"test_weights": flavour},
+                     test_checkpoint=tested, **resumed)
     if trainer.is_global_zero:
         from attnlab.training.outputs import write_decoded_outputs
 
-        with _storage_errors(run_dir), signals_deferred():
+        with storage_errors(run_dir), signals_deferred():
             write_decoded_outputs(run_dir / OUTPUTS_DIR, module.test_outputs, task)  # before the record: complete
             write_record(run_dir / RECORD_FILENAME, record)
     for lg in loggers:

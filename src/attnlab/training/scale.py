@@ -1,14 +1,17 @@
 """Sizing a composed config to its scale (``scale=cpu|gpu|paper``): the ``at_scale.<scale.name>`` blocks.
 
-Imports only OmegaConf, so ``attnlab-train --cfg job`` and the preflight can apply the scale without
-loading torch or Lightning.
+Imports only OmegaConf and the (torch-free) run record files, so ``attnlab-train --cfg job`` and the preflight
+can apply the scale without loading torch or Lightning.
 """
 
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf, open_dict
+
+from attnlab.results.record import BEFORE_SCALE_CONFIG, RESOLVED_CONFIG, atomic_write_text
 
 log = logging.getLogger("attnlab")
 
@@ -61,3 +64,13 @@ def apply_scale(cfg: DictConfig, cli_overrides: list[str] | tuple[str, ...] = ()
                                 "inside it, so the rest of %s keeps the preset's paper-scale values; set those "
                                 "keys on the command line too if you want the laptop ones", scale, path,
                                 ", ".join(inside(path)), path)
+
+
+def save_config_that_runs(cfg: DictConfig, overrides: list[str], hydra_dir: Path) -> None:
+    """Apply the scale to ``cfg`` and rewrite ``.hydra/config.yaml`` with it: Hydra saved the config before
+    ``at_scale`` blocks were applied, and the run folder must hold the config that runs. The composition
+    before the scale is kept as ``.hydra/config_before_scale.yaml``."""
+    before = OmegaConf.to_yaml(cfg)
+    apply_scale(cfg, overrides)  # run() applies it again: a no-op on a scaled config
+    atomic_write_text(hydra_dir / BEFORE_SCALE_CONFIG.name, before)
+    atomic_write_text(hydra_dir / RESOLVED_CONFIG.name, OmegaConf.to_yaml(cfg))

@@ -45,7 +45,7 @@ def task_key(name: str, task: dict[str, Any], seed: int) -> str:
 
 
 def _made_by() -> str:
-    from attnlab.training.records import git_state
+    from attnlab.training.record_writers import git_state
 
     state = git_state()
     commit = (state["commit"] or "unknown")[:12] + ("+dirty" if state["dirty"] else "")

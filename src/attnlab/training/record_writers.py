@@ -2,7 +2,7 @@
 the run failed or stopped before those existed, and the writers that put it in the run folder. The record's
 schema, hashing and file format are ``results/record.py``; this module fills it in from training state: provenance
 (``git_state``), metrics, cost, and how the run stopped. It also holds what finds a run's record again: the hash of
-the config as asked (``asked_config_hash``) and a completed record of that hash (``_completed_twin``).
+the config as asked (``asked_config_hash``) and a completed record of that hash (``completed_twin``).
 """
 
 from __future__ import annotations
@@ -25,14 +25,24 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 import attnlab
-from attnlab.results.record import CHECKPOINTS_DIR, RECORD_FILENAME, record_header, write_record
+from attnlab.results.record import (
+    CHECKPOINTS_DIR,
+    RECORD_FILENAME,
+    AttentionCoverage,
+    Cost,
+    Extra,
+    Metrics,
+    ParamCount,
+    record_header,
+    write_record,
+)
 from attnlab.tasks import TaskData
 from attnlab.training.build import run_flavours
 from attnlab.training.callbacks import BestMetrics, RunCost, Throughput
 from attnlab.training.checkpointing import Preempted, checkpoint_step, find_resume_checkpoint
 from attnlab.training.config_hash import asked_config_hash
-from attnlab.training.faults import NonFiniteGuard
 from attnlab.training.modules import TaskModule, count_parameters
+from attnlab.training.nonfinite_guard import NonFiniteGuard
 from attnlab.training.stop_signals import Interrupted, StoppedBySignal, signals_deferred
 from attnlab.training.storage import StorageError, storage_failure
 
@@ -108,45 +118,38 @@ def peak_memory_mb(device: torch.device | None = None) -> float | None:
         return None
 
 
-def _record(cfg: DictConfig, run_dir: Path, command: str | None, trainer: L.Trainer, module: TaskModule,
-            callbacks: list, task: TaskData, started: RunClock, *, status: str,
-            config_hash: str | None) -> dict[str, Any]:
-
+def run_record(cfg: DictConfig, run_dir: Path, command: str, trainer: L.Trainer, module: TaskModule,
+            callbacks: list, task: TaskData, started: RunClock, *, status: str, config_hash: str | None,
+            flavours: dict[str, Any] | None = None, **extra: Any) -> dict[str, Any]:
+    """The record of a run that trained: what the callbacks measured; ``flavours`` adds metric flavours (the test
+    weights), ``extra`` fields of :class:`Extra` (the test checkpoint, how the run was stopped)."""
     throughput = next(c for c in callbacks if isinstance(c, Throughput))
     best = next(c for c in callbacks if isinstance(c, BestMetrics))
     guard = next(c for c in callbacks if isinstance(c, NonFiniteGuard))
-    params = count_parameters(module.model)
     cost = next((c for c in callbacks if isinstance(c, RunCost)), None)
     totals = cost.totals() if cost is not None else RunCost(started.wall, started.cpu).totals()
     wandb_id = next((lg.experiment.id for lg in trainer.loggers if lg.__class__.__name__ == "WandbLogger"), None)
-    record = record_header(config_value(cfg), status=status, config_hash=config_hash, git=git_state(),
-                           run_dir=str(run_dir.resolve()), command=command or shlex.join(sys.argv),
-                           created=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
-    record.update({
-        "metrics": {"final": collect_metrics(trainer) if status == "completed" else {}, "best": dict(best.best)},
-        "params": params,
+    return record_header(
+        config_value(cfg), status=status, config_hash=config_hash, git=git_state(), run_dir=str(run_dir.resolve()),
+        command=command, created=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        metrics=Metrics(final=collect_metrics(trainer) if status == "completed" else {}, best=dict(best.best)),
+        params=ParamCount(**count_parameters(module.model)),
         # every segment of a resumed run (RunCost); the clock of this one where the callback is not there
-        "cost": {"wall_s": round(totals["wall_s"], 2),
-                 # CPU seconds of this process (all its threads) and its torch threads: at one thread the CPU time
-                 # is what the run costs alone, however loaded the machine was (reproduce-list's estimates)
-                 "cpu_s": round(totals["cpu_s"], 2), "segments": totals["segments"],
-                 "torch_threads": torch.get_num_threads(),
-                 "tokens_per_s": throughput.average_tokens_per_s(),
-                 "step_s": throughput.average_step_s(), "peak_mem_mb": peak_memory_mb(module.device),
-                 "steps": trainer.global_step,
-                 # start-up: config checks, data, tokenizer and model up to the first training batch
-                 "startup_s": round(throughput.first_batch_at - started.wall, 2) if throughput.first_batch_at else None,
-                 # callbacks.mfu: model FLOPs utilisation over the run against the matmul peak measured in the
-                 # same process on CPU (the datasheet peak on listed GPUs); see training/perf.py
-                 **mfu_summary(callbacks), **_steady(throughput, callbacks, trainer.world_size)},
-        "metric_flavours": run_flavours(cfg, task),
-        "wandb_run_id": wandb_id,
-        "versions": {"python": platform.python_version(), "torch": torch.__version__,
-                     "lightning": L.__version__, "attnlab": attnlab.__version__},
-        "extra": {"debug": cfg.get("debug_mode"), "skipped_batches": guard.skipped,
-                  **_attention_coverage(module, task), **_attention_kernels(module)},
-    })
-    return record
+        cost=Cost(wall_s=round(totals["wall_s"], 2), cpu_s=round(totals["cpu_s"], 2), segments=totals["segments"],
+                  torch_threads=torch.get_num_threads(), tokens_per_s=throughput.average_tokens_per_s(),
+                  step_s=throughput.average_step_s(), peak_mem_mb=peak_memory_mb(module.device),
+                  steps=trainer.global_step,
+                  startup_s=round(throughput.first_batch_at - started.wall, 2) if throughput.first_batch_at else None,
+                  # callbacks.mfu: against the matmul peak measured in the same process on CPU (the datasheet
+                  # peak on listed GPUs); see training/perf.py
+                  **mfu_summary(callbacks), **_steady(throughput, callbacks, trainer.world_size)),
+        metric_flavours={**run_flavours(cfg, task), **(flavours or {})},
+        wandb_run_id=wandb_id,
+        versions={"python": platform.python_version(), "torch": torch.__version__, "lightning": L.__version__,
+                  "attnlab": attnlab.__version__},
+        extra=Extra(debug=cfg.get("debug_mode"), skipped_batches=guard.skipped, **_attention_coverage(module, task),
+                    **_attention_kernels(module), **extra),
+    )
 
 
 def config_value(cfg: DictConfig):
@@ -184,35 +187,35 @@ def _attention_coverage(module: TaskModule, task: TaskData) -> dict[str, Any]:
     lengths = (example_length(test[i]) for i in range(len(test)))
     if not sparse_modules(module.model):
         dense = dense_coverage(module.model, lengths)
-        return {"attention_coverage": dense} if dense else {}
+        return {"attention_coverage": AttentionCoverage(**dense)} if dense else {}
     summary = coverage_summary(module.model, lengths)
     if summary is None:
         return {}
     log.info("sparse attention attends %.1f%% of the keys on average (max %.1f%%) over test lengths %d-%d",
              100 * summary["attended_fraction_mean"], 100 * summary["attended_fraction_max"],
              summary["lengths"]["min"], summary["lengths"]["max"])
-    return {"attention_coverage": summary}
+    return {"attention_coverage": AttentionCoverage(**summary)}
 
 
-def _write_interrupted_record(cfg, run_dir, command, trainer, module, callbacks, task, started,
+def write_interrupted_record(cfg, run_dir, command, trainer, module, callbacks, task, started,
                               exc: Preempted, config_hash: str | None) -> None:
     """An ``interrupted`` record: the run is unfinished, its checkpoint is on disk, and a rerun resumes it
     (``extra.interrupted`` for Ctrl-C, ``extra.preempted`` for a stop signal)."""
     if not trainer.is_global_zero:
         return
-    record = _record(cfg, run_dir, command, trainer, module, callbacks, task, started, status="interrupted",
-                     config_hash=config_hash)
+    command = command or shlex.join(sys.argv)
     key = "interrupted" if isinstance(exc, Interrupted) else "preempted"
-    record["extra"][key] = {"signal": signal.Signals(exc.signum).name, "step": exc.step,
-                            "checkpoint": exc.checkpoint, "resume_with": record["command"]}
+    record = run_record(cfg, run_dir, command, trainer, module, callbacks, task, started, status="interrupted",
+                     config_hash=config_hash, **{key: {"signal": signal.Signals(exc.signum).name, "step": exc.step,
+                                                       "checkpoint": exc.checkpoint, "resume_with": command}})
     try:
-        with _storage_errors(run_dir), signals_deferred():
+        with storage_errors(run_dir), signals_deferred():
             write_record(run_dir / RECORD_FILENAME, record)
     except StorageError as failure:
         log.error("%s", failure)  # the stop itself is reported by the caller
 
 
-def _stopped_before_training(cfg: DictConfig, run_dir: Path, command: str | None,
+def stopped_before_training(cfg: DictConfig, run_dir: Path, command: str | None,
                              exc: StoppedBySignal | KeyboardInterrupt) -> Preempted:
     """Ctrl-C or a stop signal before training started: an ``interrupted`` record made from the config, and
     the exception the CLI reports (a resumed run may have checkpoints: the rerun resumes from the newest)."""
@@ -226,13 +229,14 @@ def _stopped_before_training(cfg: DictConfig, run_dir: Path, command: str | None
     key = "interrupted" if isinstance(stopped, Interrupted) else "preempted"
     command = command or shlex.join(sys.argv)
     write_config_record(cfg, run_dir, command, status="interrupted",
-                        extra={key: {"signal": signal.Signals(stopped.signum).name, "step": step,
-                                     "checkpoint": checkpoint, "resume_with": command, "phase": "before training"}})
+                        extra=Extra(**{key: {"signal": signal.Signals(stopped.signum).name, "step": step,
+                                             "checkpoint": checkpoint, "resume_with": command,
+                                             "phase": "before training"}}))
     return stopped
 
 
 @contextlib.contextmanager
-def _storage_errors(run_dir: Path):
+def storage_errors(run_dir: Path):
     """Writes in the run folder: a full disk (or a folder gone read-only) becomes one StorageError line."""
     try:
         yield
@@ -249,18 +253,24 @@ def write_failed_record(cfg: DictConfig, run_dir: str | os.PathLike, command: st
     return write_config_record(cfg, run_dir, command, status="failed", error=error)
 
 
+def record_failure(cfg: DictConfig, run_dir: str | os.PathLike, command: str, reason: str) -> str:
+    """Write the failed record; the reason, plus a note when the folder could not take even that record."""
+    if write_failed_record(cfg, run_dir, command, reason):
+        return reason
+    return f"{reason}; no run record could be written in {run_dir}"
+
+
 def write_config_record(cfg: DictConfig, run_dir: str | os.PathLike, command: str, *, status: str,
-                        error: str | None = None, extra: dict[str, Any] | None = None) -> bool:
+                        error: str | None = None, extra: Extra | None = None) -> bool:
     """A run record made from the config alone (the run failed or stopped before its model or trainer
     existed); False when the folder cannot take it, with nothing half-written. A second Ctrl-C or stop
     signal waits until the record is on disk."""
     record = record_header(config_value(cfg), status=status, error=error, config_hash=asked_config_hash(cfg),
                            git=git_state(), run_dir=str(Path(run_dir).resolve()), command=command,
-                           created=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
-    record["versions"] = {"python": platform.python_version(), "torch": torch.__version__,
-                          "attnlab": attnlab.__version__}
-    if extra:
-        record["extra"] = extra
+                           created=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                           versions={"python": platform.python_version(), "torch": torch.__version__,
+                                     "attnlab": attnlab.__version__},
+                           **({"extra": extra} if extra is not None else {}))
     try:
         with signals_deferred():
             Path(run_dir).mkdir(parents=True, exist_ok=True)
@@ -271,7 +281,7 @@ def write_config_record(cfg: DictConfig, run_dir: str | os.PathLike, command: st
     return True
 
 
-def _completed_twin(cfg: DictConfig) -> dict[str, Any] | None:
+def completed_twin(cfg: DictConfig) -> dict[str, Any] | None:
     """With ATTNLAB_SKIP_EXISTING=1 (``make reproduce-*`` sets it): the record of a completed run of the
     same config hash under ``paths.runs_dir``, so a re-run of a table trains only what is missing."""
     from attnlab.results.lookup import find_completed, search_roots, skip_existing_requested

@@ -1,4 +1,5 @@
-"""Numerical faults (a NaN/Inf loss guard) and the size of a checkpoint; the run folder checks are in storage.py."""
+"""The NaN/Inf loss guard (``nan_policy``): skip, stop or fail on a non-finite loss; the run folder's faults are
+storage.py's."""
 
 from __future__ import annotations
 
@@ -167,8 +168,3 @@ def _scalar(value: Any) -> str:
 
 
 # -- the run folder -------------------------------------------------------------------------------------
-def checkpoint_bytes(module: torch.nn.Module) -> int:
-    """About the size of one checkpoint: weights plus Adam's two moments, plus a margin for the rest."""
-    weights = sum(t.numel() * t.element_size() for t in module.state_dict().values())
-    params = sum(p.numel() * p.element_size() for p in module.parameters() if p.requires_grad)
-    return int(weights + 2 * params + (1 << 20))
