@@ -128,3 +128,26 @@ def test_without_a_checkout_the_tables_come_from_the_packaged_specs(tmp_path, mo
     (tmp_path / "runs").mkdir()
     table_main(["table=ut/table4_copy", "runs=runs", "out=out"])
     assert (tmp_path / "out" / "ut" / "table4_copy.md").is_file()
+
+
+def test_the_changelog_keeps_a_changelog_form():
+    """CHANGELOG.md: an Unreleased section first, then dated sections newest first, each made of Keep a
+    Changelog's kinds of change; a tagged version of pyproject.toml would have its own section."""
+    text = (REPO / "CHANGELOG.md").read_text()
+    sections = re.findall(r"^## (.+)$", text, flags=re.M)
+    assert sections[0] == "[Unreleased]", sections[0]
+    dates = []
+    for heading in sections[1:]:
+        m = re.fullmatch(r"(?:\[(\d+\.\d+\.\d+)\] - )?(\d{4}-\d{2}-\d{2})(?: - .+)?", heading)
+        assert m, f"CHANGELOG heading {heading!r} is neither [Unreleased] nor dated (YYYY-MM-DD)"
+        dates.append(m.group(2))
+    assert dates and dates == sorted(dates, reverse=True), "dated sections go newest first"
+    kinds = set(re.findall(r"^### (.+)$", text, flags=re.M))
+    assert kinds and kinds <= {"Added", "Changed", "Deprecated", "Removed", "Fixed", "Security"}, kinds
+    for body in re.split(r"^## .+$", text, flags=re.M)[1:]:
+        assert re.search(r"^### ", body, flags=re.M) and re.search(r"^- ", body, flags=re.M), body[:200]
+    version = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
+    tagged = subprocess.run(["git", "-C", str(REPO), "tag", "--list", f"v{version}", version], capture_output=True,
+                            text=True).stdout.split()
+    if tagged:
+        assert f"## [{version}] - " in text, f"version {version} is tagged but has no CHANGELOG section"
