@@ -88,8 +88,9 @@ def test_a_claim_typed_as_in_the_shell_reaches_the_table():
 
 
 def test_a_metric_the_runs_keep_only_as_best_is_read_from_there(workspace, put_record, capsys):
-    """The trials of a short search validate but end without a last validation: their val/loss (the value the
-    sweeper got) is under metrics.best only. The column reads it there and says so; a claim can name it."""
+    """A run record keeps its validation metrics under metrics.best only (final holds the test splits), so the
+    val/loss of a search's trials (the value their sweeper got) was shown missing. The column reads it there and
+    says so; a claim can name it."""
     for lr, losses in (("0.001", (2.8, 2.9)), ("0.003", (2.40, 2.42))):
         for seed, loss in enumerate(losses, 1):
             put_record(f"lr{lr}-s{seed}", seed=seed, **{"model.attention": lr, "metrics.final": {"test/seq_acc": 0.1},

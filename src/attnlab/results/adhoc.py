@@ -73,8 +73,8 @@ def _metrics(records: list[Loaded], wanted: list[str]) -> list[str]:
 
 
 def _source(records: list[Loaded], metric: str) -> str:
-    """Where the runs keep ``metric``: ``final``, else ``best`` where only that has it (a validation metric of runs
-    that end without a last validation, as the short trials of a search: the value their sweeper got)."""
+    """Where the runs keep ``metric``: ``final``, else ``best`` where only that has it (the validation metrics: a
+    record's final metrics are its test splits'; ``val/loss`` there is what attnlab-train returned to a sweeper)."""
     for part in ("final", "best"):
         if any(isinstance((get_field(r.data, f"metrics.{part}") or {}).get(metric), (int, float)) for r in records):
             return part
