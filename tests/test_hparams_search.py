@@ -35,6 +35,22 @@ def test_the_optimized_metric_leaves_the_config_hash_alone():
     assert asked_config_hash(compose(["optimized_metric=val/loss"])) == asked_config_hash(compose([]))
 
 
+@pytest.mark.parametrize("interval, refused", [(500, True), (60, False)])
+def test_a_trial_that_would_never_validate_is_refused_before_it_trains(interval, refused):
+    """`hparams_search=copy_lr trainer.max_steps=60` (as once documented) trained a whole trial, then failed: the
+    default validation interval (500) never came, so the trial had no val/loss to return."""
+    from attnlab.errors import ConfigError
+    from attnlab.training.config import validate
+
+    cfg = compose(["optimized_metric=val/loss", "trainer.max_steps=60", f"trainer.val_check_interval={interval}"])
+    if refused:
+        with pytest.raises(ConfigError, match=r"optimized_metric=val/loss needs a validation, but "
+                                              r"trainer.val_check_interval=500 > trainer.max_steps=60"):
+            validate(cfg)
+    else:
+        validate(cfg)
+
+
 @needs_optuna
 def test_hparams_search_composes_an_optuna_sweep():
     cfg = compose(["hparams_search=copy_lr"], scale=False)

@@ -85,3 +85,18 @@ def test_a_claim_typed_as_in_the_shell_reaches_the_table():
     assert compose("table", [_quoted_claim(typed), "by=model.attention"]).claim == typed.split("=", 1)[1]
     assert _quoted_claim("claim='already quoted'") == "claim='already quoted'"
     assert _quoted_claim("runs=a b") == "runs=a b"
+
+
+def test_a_metric_the_runs_keep_only_as_best_is_read_from_there(workspace, put_record, capsys):
+    """A run record keeps its validation metrics under metrics.best only (final holds the test splits), so the
+    val/loss of a search's trials (the value their sweeper got) was shown missing. The column reads it there and
+    says so; a claim can name it."""
+    for lr, losses in (("0.001", (2.8, 2.9)), ("0.003", (2.40, 2.42))):
+        for seed, loss in enumerate(losses, 1):
+            put_record(f"lr{lr}-s{seed}", seed=seed, **{"model.attention": lr, "metrics.final": {"test/seq_acc": 0.1},
+                                                        "metrics.best": {"val/loss": loss}})
+    md = _table(capsys, workspace / "runs", metrics=["val/loss", "test/seq_acc"], claim="0.003 < 0.001 on val/loss")
+    assert "val/loss (best)" in md and "missing" not in md
+    assert _row(md, "model.attention=0.003")[1] == "2.4100 ± 0.0141 (n=2)"
+    assert _row(md, "model.attention=0.001")[2].startswith("0.1000")  # test/seq_acc stays the final value
+    assert "0.003 < 0.001 on val/loss" in md

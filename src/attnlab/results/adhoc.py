@@ -72,6 +72,15 @@ def _metrics(records: list[Loaded], wanted: list[str]) -> list[str]:
     return wanted
 
 
+def _source(records: list[Loaded], metric: str) -> str:
+    """Where the runs keep ``metric``: ``final``, else ``best`` where only that has it (the validation metrics: a
+    record's final metrics are its test splits'; ``val/loss`` there is what attnlab-train returned to a sweeper)."""
+    for part in ("final", "best"):
+        if any(isinstance((get_field(r.data, f"metrics.{part}") or {}).get(metric), (int, float)) for r in records):
+            return part
+    return "final"
+
+
 def _row_named(name: str, labels: list[str]) -> str:
     if name in labels:
         return name
@@ -108,6 +117,8 @@ def build_adhoc_table(completed: list[Loaded], runs: list[str], by: list[str], m
     task (``training.trivial_baselines.adhoc_baseline``), or None."""
     labels = group_rows(completed, by)
     columns = _metrics(completed, metrics)
+    sources = {m: _source(completed, m) for m in columns}
+    label = {m: m if sources[m] == "final" else f"{m} (best)" for m in columns}
     with_baseline = set()
     if baseline is not None:
         with_baseline = {k for e in baseline[1].entries.values() for k in e["values"]}
@@ -116,7 +127,7 @@ def build_adhoc_table(completed: list[Loaded], runs: list[str], by: list[str], m
         "data": ", ".join(sorted({str(r.data.get('task')) for r in completed})),
         "match": {"extra.debug": None},
         "metrics": [
-            {"ours": m, "label": m, "digits": 4,
+            {"ours": m, "label": label[m], "from": sources[m], "digits": 4,
              "direction": "lower" if any(w in m.split("/")[-1] for w in _LOWER_IS_BETTER) else "higher",
              **({"trivial": {"baseline": baseline[0], "margin": 0}} if m in with_baseline else {})}
             for m in columns
@@ -124,6 +135,7 @@ def build_adhoc_table(completed: list[Loaded], runs: list[str], by: list[str], m
         "rows": [{"label": label, "match": {ROW_FIELD: label}} for label in labels],
     }
     if claim:
-        spec["claims"] = [parse_claim(claim, labels, columns)]
+        parsed = parse_claim(claim, labels, columns)
+        spec["claims"] = [{**parsed, "metric": label[parsed["metric"]]}]
     built_spec = spec_from_dict(spec, "adhoc", where="attnlab-table by=")
     return build_table(built_spec, completed, load_paper_tables(None), [], baseline[1] if baseline else None)

@@ -370,6 +370,12 @@ def validate(cfg: DictConfig) -> None:
     if cfg.get("test_weights") == "best" and not _get(cfg, "callbacks.checkpoint.save_top_k"):
         raise ConfigError("test_weights=best needs a best checkpoint: set callbacks.checkpoint.save_top_k >= 1 "
                           "(and callbacks.checkpoint.monitor to the validation metric that picks it)")
+    metric = cfg.get("optimized_metric")  # a search trial that never validates has no val/ metric to return
+    if isinstance(metric, str) and metric.startswith("val/") and not cfg.trainer.get("fast_dev_run") \
+            and cfg.trainer.val_check_interval > cfg.trainer.max_steps:
+        raise ConfigError(f"optimized_metric={metric} needs a validation, but trainer.val_check_interval="
+                          f"{cfg.trainer.val_check_interval} > trainer.max_steps={cfg.trainer.max_steps} runs none; "
+                          "set trainer.val_check_interval to at most trainer.max_steps")
 
 
 def _check_ranges(view: DictConfig) -> None:
