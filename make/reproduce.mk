@@ -200,3 +200,16 @@ reproduce-probes-ut: $(STAMP) ## Probe: Transformer, UT and UT + ACT on pointer 
 
 reproduce-probes-qknorm: $(STAMP) ## Probe: a learning-rate sweep (6 rates, 2 decades) of the baseline and QKNorm on a small LM
 	$(call reproduce,probes/qknorm)
+
+# The redesigned probes (issue 53), beside the published ones: fresh seeds 21-25 whatever SEEDS= says (the seeds of
+# probes/bigbird2_recall's `preregistered` block; probes/ut2_depth's once its pilot has sized it, LOG.md).
+REDESIGNED_PROBE_TARGETS := reproduce-probes-bigbird2 reproduce-probes-ut2
+.PHONY: $(REDESIGNED_PROBE_TARGETS)
+
+reproduce-probes-bigbird2: override SEEDS = 21,22,23,24,25
+reproduce-probes-bigbird2: $(STAMP) ## Probe, redesigned: BigBird blocks on recall with no fact or query in a global block, 2 and 4 layers
+	$(call reproduce,probes/bigbird2)
+
+reproduce-probes-ut2: override SEEDS = 21,22,23,24,25
+reproduce-probes-ut2: $(STAMP) ## Probe, redesigned: a 2-layer Transformer, a 6-step UT and two UT + ACT rows on 1-6 hops
+	$(call reproduce,probes/ut2)

@@ -87,6 +87,11 @@ def probe_dirs() -> list[str]:
     return sorted(f"probes/{d.name}" for d in root.iterdir() if d.is_dir()) if root.is_dir() else []
 
 
+def probe_paper(probe_dir: str) -> str:
+    """``probes/ut2`` -> ``ut``: the paper a probe folder probes (a trailing number is the probe's redesign)."""
+    return probe_dir.split("/")[1].rstrip("0123456789")
+
+
 def gpu_presets() -> list[str]:
     """Every paper preset with a one-GPU protocol (a root ``at_scale.gpu`` block), sorted."""
     from attnlab.results.gpu_estimate import gpu_protocol_experiments

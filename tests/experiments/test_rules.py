@@ -127,6 +127,10 @@ RULES: dict[str, Rule] = {
     "probes/qknorm": Rule(group_by="task.name", may_differ=("model.attention", "model.attention.*", "optim.lr")),
     # The UT shares one layer (smaller by design) and adds its own coordinate embedding; ACT adds a halting unit.
     "probes/ut": Rule(group_by="task.name", may_differ=("model.name", "model.recurrence", "model.recurrence.*")),
+    # The redesigned probes (issue 53): BigBird's rows at 2 and at 4 layers; UT's rows as probes/ut.
+    "probes/bigbird2": Rule(group_by="task.name",
+                            may_differ=("model.attention", "model.attention.*", "model.encoder_layers")),
+    "probes/ut2": Rule(group_by="task.name", may_differ=("model.name", "model.recurrence", "model.recurrence.*")),
 }
 
 

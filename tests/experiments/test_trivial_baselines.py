@@ -28,6 +28,8 @@ NOT_YET: dict[str, str] = {
     # the ACT row answers beyond one hop (acc_h2 >= 0.5 in every run), so a row that learned nothing decides none.
     "probes/ut_depth: Steps gain": "steps per answer, not a score; the claim requires accuracy beyond one hop",
     "probes/ut_depth: Mean steps": "steps per answer, not a score; the claim requires accuracy beyond one hop",
+    "probes/ut2_depth: Steps gain": "steps per answer, not a score; the claim requires accuracy beyond one hop",
+    "probes/ut2_depth: Mean steps": "steps per answer, not a score; the claim requires accuracy beyond one hop",
 }
 
 

@@ -438,3 +438,25 @@ def test_act_halting_is_float32_under_bf16_autocast():
     assert torch.all(aux["steps"] == 2)
     assert float(aux["log/ponder_cost"]) == pytest.approx(2 + (1 - 0.4951), abs=1e-5)
     assert h.dtype == torch.float32
+
+
+def test_a_zero_halting_weight_lets_the_bias_alone_set_the_starting_depth():
+    """``halting_weight_init: zeros``: p = sigmoid(b) at every position at initialisation, so a bias b0 with
+    (M/2 - 1) p0 <= 1 - eps < (M/2) p0 halts every position after exactly M/2 steps (probes/ut2's deep-start ACT
+    row); with the default weight, W s moves the starting depth, and the gradient reaches W from zero too."""
+    p0 = 0.99 / 5.5  # M = 12: halts at 6
+    b0 = float(torch.logit(torch.tensor(p0, dtype=torch.float64)))
+    x = torch.randn(3, 10, D, generator=torch.Generator().manual_seed(0)) * 4.0
+    with pytest.raises(ValueError, match="halting_weight_init"):
+        build_encoder_stack({"name": "ut_act", "halting_weight_init": "small"}, spec(), 2)
+    options = {"name": "ut_act", "act_max_steps": 12, "halting_bias_init": b0}
+    torch.manual_seed(0)
+    enc = build_encoder_stack({**options, "halting_weight_init": "zeros"}, spec(), 2)
+    assert torch.equal(enc.halting_unit.weight, torch.zeros_like(enc.halting_unit.weight))
+    out, aux = enc(x)
+    assert torch.equal(aux["steps"], torch.full((3, 10), 6.0))
+    (out.square().mean() + aux["loss/ponder"]).backward()
+    assert enc.halting_unit.weight.grad.abs().sum() > 0, "W starts at zero but still learns"
+    torch.manual_seed(0)
+    _, default_aux = build_encoder_stack(options, spec(), 2)(x)
+    assert not torch.equal(default_aux["steps"], torch.full((3, 10), 6.0)), "the default W moves the depth"

@@ -109,3 +109,69 @@ def test_impossible_probe_settings_are_refused_in_one_line(cfg, says):
     with pytest.raises(DataError) as info:
         _task(**cfg)
     assert says in str(info.value) and "\n" not in str(info.value)
+
+
+def _one_hop_through_a_global_block(experiment: str, examples: int = 200) -> tuple[int, int, int]:
+    """Over the first ``examples`` test sequences of a BigBird probe preset's own task: (facts and queries that sit
+    in a global block of the preset's own pattern, queries answerable in one hop through a global block, queries).
+    One hop through a global block: the query sits in a global block (a dense row, it sees every key) or its fact
+    does (every row sees a global key)."""
+    from omegaconf import OmegaConf
+
+    from attnlab.attention.bigbird import global_blocks
+    from tests.conftest import compose
+
+    cfg = compose([f"experiment={experiment}"])
+    task_cfg = OmegaConf.to_container(cfg.task, resolve=True)
+    attention = cfg.model.attention
+    block, length = int(attention.block_size), int(task_cfg["length"])
+    is_global = global_blocks(length // block, int(attention.num_global_blocks), causal=False).numpy()
+    layout = ProbeLayout(with_defaults(task_cfg))
+    data = build_task(task_cfg, seed=0).datasets["test"]
+    in_global = one_hop = queries = 0
+    for i in range(examples):
+        ex = {k: v.numpy() for k, v in data[i].items()}
+        ids = ex["ids"]
+        fact_of = {}
+        for pos in np.flatnonzero((ids >= layout.fact0) & (ids < layout.query0)):
+            fact_of[(int(ids[pos]) - layout.fact0) // layout.values] = pos
+        placed = np.flatnonzero((ids >= layout.fact0) & (ids < layout.query0 + layout.keys))
+        in_global += int(is_global[placed // block].sum())
+        for q in np.flatnonzero(ex["scored"]):
+            queries += 1
+            one_hop += bool(is_global[q // block] or is_global[fact_of[int(ids[q]) - layout.query0] // block])
+    return in_global, one_hop, queries
+
+
+@pytest.mark.parametrize("experiment", ["probes/bigbird2/itc_l2", "probes/bigbird2/itc_l4"])
+def test_the_redesigned_bigbird_probe_keeps_facts_and_queries_out_of_the_global_blocks(experiment):
+    """issue 53: no fact or query token in a global block of the ITC rows' own pattern, so no query is answered in
+    one hop through a global block (a route through the globals takes two)."""
+    in_global, one_hop, queries = _one_hop_through_a_global_block(experiment)
+    assert queries == 200 * 32
+    assert in_global == 0 and one_hop == 0
+
+
+def test_the_published_bigbird_probe_answered_about_44_percent_of_its_queries_in_one_hop():
+    """What the redesign removes, measured the same way: probes/bigbird's first and last blocks (ITC's globals) held
+    8 of the 32 facts and 8 of the 32 queries, so 1 - (3/4)^2 = 43.75% of the queries needed no route."""
+    in_global, one_hop, queries = _one_hop_through_a_global_block("probes/bigbird/itc")
+    assert in_global == 200 * 16
+    assert one_hop / queries == pytest.approx(1 - 0.75**2, abs=0.03)
+
+
+def test_end_fillers_keep_both_ends_filler_only_and_shift_the_same_draws_inward():
+    cfg = {**BASE, "op": "recall", "length": 64, "num_keys": 12, "num_values": 5, "num_pairs": 8, "num_queries": 6,
+           "context_fraction": 0.25, "num_fillers": 3}
+    plain, shifted = build_task(cfg, seed=7), build_task({**cfg, "end_fillers": 4}, seed=7)
+    layout = ProbeLayout(with_defaults(cfg))
+    for a, b in zip(_examples(plain), _examples(shifted)):
+        assert (b["ids"][:4] < layout.value0).all() and (b["ids"][-4:] < layout.value0).all(), "filler only"
+        assert not b["scored"][:4].any() and not b["scored"][-4:].any()
+        # The same facts and queries, the facts 4 places later and the queries 4 earlier.
+        facts_a, facts_b = a["ids"][:16], b["ids"][4:20]  # fillers are drawn per position: compare the facts
+        assert (facts_a >= layout.fact0).sum() == 8 and list(facts_a >= layout.fact0) == list(facts_b >= layout.fact0)
+        assert list(facts_a[facts_a >= layout.fact0]) == list(facts_b[facts_b >= layout.fact0])
+        assert list(a["target"][-16:][a["scored"][-16:]]) == list(b["target"][-20:-4][b["scored"][-20:-4]])
+    with pytest.raises(DataError, match="end_fillers"):
+        build_task({**cfg, "end_fillers": 17}, seed=7)

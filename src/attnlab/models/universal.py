@@ -31,6 +31,7 @@ from attnlab.models.recurrence import register_recurrence
 _TRANSITIONS = ("ffn", "sepconv")
 _TIMESTEP_EMBEDDINGS = ("sinusoidal", "learned")
 _HALTED_STATES = ("copy", "transform")
+_HALTING_WEIGHT_INITS = ("default", "zeros")
 
 
 def _check_choice(option: str, value: str, valid: tuple[str, ...]) -> None:
@@ -75,11 +76,16 @@ class ACTOptions(_SharedLayerOptions):
     act_epsilon: float = 0.01  # halting threshold is 1 - eps (T2T act_epsilon)
     act_loss_weight: float = 0.01  # ponder loss weight (T2T); paper ablations use 0 and 0.001
     halting_bias_init: float = 1.0  # T2T act_halting_bias_init; negative values avoid shallow halting
+    # default: nn.Linear's initialisation of the halting unit's weight W (T2T: its dense layer's); zeros: W = 0, so
+    # p = sigmoid(halting_bias_init) at every position at initialisation and the bias alone sets the starting depth
+    # (with the default W, W s shifts the starting depth by seed: from 2 to 12 steps at one bias, probes/ut2)
+    halting_weight_init: str = "default"
     halted_state: str = "copy"  # copy (paper) | transform (T2T)
 
     def __post_init__(self) -> None:
         super().__post_init__()
         _check_choice("halted_state", self.halted_state, _HALTED_STATES)
+        _check_choice("halting_weight_init", self.halting_weight_init, _HALTING_WEIGHT_INITS)
         if self.act_max_steps is not None and self.act_max_steps < 1:
             raise ValueError(f"model.recurrence.act_max_steps={self.act_max_steps}; must be >= 1 (or null)")
         if not 0.0 <= self.act_epsilon <= 1.0:
@@ -269,6 +275,8 @@ class _ACTStack(_UniversalStack):
         # p = sigmoid(W s + b) per position (T2T "sigmoid_activation_for_pondering").
         self.halting_unit = nn.Linear(spec.d_model, 1)
         nn.init.constant_(self.halting_unit.bias, options.halting_bias_init)
+        if options.halting_weight_init == "zeros":
+            nn.init.zeros_(self.halting_unit.weight)
 
     def _any_running(self, halted: torch.Tensor) -> bool:
         running = (~halted).any()

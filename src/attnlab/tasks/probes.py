@@ -9,6 +9,10 @@ Every example is a sequence of ``task.length`` tokens read by an encoder (masked
   at a query is the key's value. Between them, filler tokens. Which position holds the answer changes from
   example to example, so only content-based lookup (a query that finds its key by comparing tokens) solves it,
   and every query is at least ``length * (1 - 2 * context_fraction)`` positions away from every fact.
+  ``end_fillers`` > 0 keeps that many positions at either end filler only, and shifts the facts and queries
+  inward by as much (the gap between them shrinks by ``2 * end_fillers``): with ``end_fillers`` = one block,
+  BigBird's global blocks (the first and the last) hold no fact and no query, so no query is answered in one
+  hop through a global block and a route through the globals takes two.
 - ``copy`` / ``reverse`` at one fixed length: ``length / 2`` symbols, then ``length / 2`` ``<mask>`` tokens whose
   targets are the symbols in the same / reversed order. Position ``n + i`` always reads position ``i``
   (``n - 1 - i``): a fixed alignment, no content needed to know where to look.
@@ -81,6 +85,11 @@ def _check(cfg: dict[str, Any]) -> None:
             raise DataError(f"task.context_fraction={fraction} must lie in (0, 0.5]: facts in the first part, "
                             "queries in the last, never overlapping")
         room = int(length * fraction)
+        ends = int(cfg["end_fillers"])
+        if ends < 0 or 2 * (ends + room) > length:
+            raise DataError(f"task.end_fillers={ends} must be >= 0 and leave the facts' and the queries' "
+                            f"{room} places each (task.context_fraction={fraction:g} of task.length={length}) "
+                            f"inside the sequence without overlap: 2 x ({ends} + {room}) <= {length}")
         if not 1 <= cfg["num_queries"] <= cfg["num_pairs"] <= min(room, cfg["num_keys"]):
             raise DataError(
                 f"task.num_queries={cfg['num_queries']} <= task.num_pairs={cfg['num_pairs']} <= min(task.num_keys="
@@ -111,12 +120,13 @@ def make_example(cfg: dict[str, Any], layout: ProbeLayout, rng: np.random.Genera
         scored[n:] = True
     elif layout.op == "recall":
         room = int(length * float(cfg["context_fraction"]))
+        ends = int(cfg["end_fillers"])  # filler-only positions at either end (the draws do not change with it)
         pairs, queries = int(cfg["num_pairs"]), int(cfg["num_queries"])
         keys = rng.choice(layout.keys, size=pairs, replace=False)
         values = rng.integers(0, layout.values, size=pairs)
-        facts_at = rng.choice(room, size=pairs, replace=False)
+        facts_at = ends + rng.choice(room, size=pairs, replace=False)
         asked = rng.choice(pairs, size=queries, replace=False)
-        queries_at = length - room + rng.choice(room, size=queries, replace=False)
+        queries_at = length - ends - room + rng.choice(room, size=queries, replace=False)
         ids[facts_at] = layout.fact0 + keys * layout.values + values
         target[facts_at] = ids[facts_at]
         ids[queries_at] = layout.query0 + keys[asked]

@@ -382,6 +382,7 @@ class ProbeTask(CommonTask):
     num_pairs: int = 16                # recall: facts per example
     num_queries: int = 16              # recall, hops: queries per example
     context_fraction: float = 0.25     # recall: facts in the first, queries in the last fraction of the sequence
+    end_fillers: int = 0               # recall: positions at either end holding filler only (facts, queries inward)
     num_symbols: int = 16              # copy, reverse: symbols
     max_hops: int = 4                  # hops: a query asks for 1..max_hops edges
 
