@@ -94,7 +94,7 @@ def mfu_summary(callbacks: list) -> dict[str, Any]:
     return found.summary() if found is not None else {"mfu": None}
 
 
-def _steady(throughput, callbacks: list, world_size: int) -> dict[str, Any]:
+def steady_summary(throughput, callbacks: list, world_size: int) -> dict[str, Any]:
     """The steady-state figures (``Throughput.steady_state``) and the MFU at that speed (per device)."""
     from attnlab.training.perf import mfu
 
@@ -142,13 +142,13 @@ def run_record(cfg: DictConfig, run_dir: Path, command: str, trainer: L.Trainer,
                   startup_s=round(throughput.first_batch_at - started.wall, 2) if throughput.first_batch_at else None,
                   # callbacks.mfu: against the matmul peak measured in the same process on CPU (the datasheet
                   # peak on listed GPUs); see training/perf.py
-                  **mfu_summary(callbacks), **_steady(throughput, callbacks, trainer.world_size)),
+                  **mfu_summary(callbacks), **steady_summary(throughput, callbacks, trainer.world_size)),
         metric_flavours={**run_flavours(cfg, task), **(flavours or {})},
         wandb_run_id=wandb_id,
         versions={"python": platform.python_version(), "torch": torch.__version__, "lightning": L.__version__,
                   "attnlab": attnlab.__version__},
         extra=Extra(debug=cfg.get("debug_mode"), skipped_batches=guard.skipped, **_attention_coverage(module, task),
-                    **_attention_kernels(module), **extra),
+                    **attention_kernels(module), **extra),
     )
 
 
@@ -167,7 +167,7 @@ def config_value(cfg: DictConfig):
     return value
 
 
-def _attention_kernels(module: TaskModule) -> dict[str, Any]:
+def attention_kernels(module: TaskModule) -> dict[str, Any]:
     """``attention_kernels``: the kernels that served the attention modules that can choose one (BigBird's
     ``impl``: triton, flex, blocked, reference, or dense under its fallback rule), as they ran in this process
     (``impl=auto`` decides at the run's shapes); nothing where no module chooses."""

@@ -3,9 +3,10 @@ the record.
 
 ``run`` tells that story; each step is done in the module that owns it: ``build.py`` (data, module, batching),
 ``describe.py`` (the first lines of ``train.log``), ``checkpoint_choice.py`` (which checkpoint a run starts from and
-which weights it tests), ``loggers_callbacks.py``, ``checkpointing.py``, ``nonfinite_guard.py``, ``stop_signals.py``
-and ``record_writers.py`` (the run record and its writers). ``cli/train.py`` is the Hydra entry point over ``run``.
-Import a builder or a record writer from the module that owns it; this one re-exports nothing.
+which weights it tests), ``loggers.py`` and ``callbacks.py`` (what the trainer gets), ``checkpointing.py``,
+``nonfinite_guard.py``, ``stop_signals.py`` and ``record_writers.py`` (the run record and its writers).
+``cli/train.py`` is the Hydra entry point over ``run``. Import a builder or a record writer from the module that
+owns it; this one re-exports nothing.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from attnlab.training.build import (
     check_splits_not_empty,
     derive_batching,
 )
-from attnlab.training.callbacks import RunCost
+from attnlab.training.callbacks import RunCost, build_callbacks
 from attnlab.training.checkpoint_choice import load_test_weights, select_checkpoint
 from attnlab.training.checkpointing import (
     AtomicCheckpointIO,
@@ -50,7 +51,7 @@ from attnlab.training.checkpointing import (
 from attnlab.training.config import validate
 from attnlab.training.config_hash import asked_config_hash
 from attnlab.training.describe import describe_build, describe_config
-from attnlab.training.loggers_callbacks import build_callbacks, build_loggers
+from attnlab.training.loggers import build_loggers
 from attnlab.training.nonfinite_guard import NonFiniteGuard
 from attnlab.training.record_writers import (
     RunClock,
