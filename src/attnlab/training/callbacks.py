@@ -274,15 +274,20 @@ class PonderStats(L.Callback):
                                 **{k: v.detach().cpu().tolist() for k, v in steps.items()}}) + "\n")
 
 
-def build_callbacks(cfg: DictConfig, run_dir: Path) -> list:
-    """The callbacks of a run's trainer: the ones every run gets, the ones ``cfg.callbacks`` and ``cfg.optim``
-    switch on, then the ones a config file adds by ``_target_``."""
+def build_nonfinite_guard(cfg: DictConfig) -> NonFiniteGuard:
+    """The NaN/Inf guard of ``nan_policy``: a callback of the trainer that the module also holds (it checks each
+    loss before backward)."""
+    return NonFiniteGuard(cfg.get("nan_policy", "stop"), int(cfg.get("max_skipped_batches", 0)), check=nan_check(cfg))
+
+
+def build_callbacks(cfg: DictConfig, run_dir: Path, *, nonfinite_guard: NonFiniteGuard | None = None) -> list:
+    """The callbacks of a run's trainer: the ones every run gets (``nonfinite_guard``: the one the module holds,
+    built here where none is given), the ones ``cfg.callbacks`` and ``cfg.optim`` switch on, then the ones a
+    config file adds by ``_target_``."""
     c = cfg.callbacks
     mfu = bool(c.get("mfu")) and not cfg.get("debug_mode")
     callbacks: list = [Throughput(log=not mfu), BestMetrics(), RandomState(),
-                       NonFiniteGuard(cfg.get("nan_policy", "stop"), int(cfg.get("max_skipped_batches", 0)),
-                                      check=nan_check(cfg)),
-                       MetricsLine(cfg.trainer.log_every_n_steps)]
+                       nonfinite_guard or build_nonfinite_guard(cfg), MetricsLine(cfg.trainer.log_every_n_steps)]
     if c.get("checkpoint"):
         ck = c.checkpoint
         if ck.save_top_k:
