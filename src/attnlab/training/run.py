@@ -233,8 +233,8 @@ def _prepare(cfg: DictConfig, run_dir: Path, signals: RunSignals, started: RunCl
 
 def _fit_and_test(cfg: DictConfig, run_dir: Path, command: str | None, started: RunClock, asked_hash: str | None,
                   signals: RunSignals, prepared: _Prepared) -> dict[str, Any]:
-    """Fit, then test the weights ``resume.load_test_weights`` picks; what was tested. A stop on the way writes
-    the interrupted record and raises."""
+    """Fit, then test the weights ``checkpoint_choice.load_test_weights`` picks; what was tested. A stop on the way
+    writes the interrupted record and raises."""
     task, module, callbacks, last = prepared.task, prepared.module, prepared.callbacks, prepared.last
     trainer, datamodule, resume_path = prepared.trainer, prepared.datamodule, prepared.resume_path
     try:
