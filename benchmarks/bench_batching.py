@@ -72,8 +72,8 @@ def main() -> None:
     steps, rounds = (3, 1) if a.quick else (a.steps, a.rounds)
 
     from attnlab.tasks.sources import DataError, find_file
+    from attnlab.training.build import build_datamodule, build_module, build_task_data
     from attnlab.training.compose import compose_checked
-    from attnlab.training.run import build_datamodule, build_module, build_task_data
 
     base = compose_checked("train", PRESET)
     try:  # the data is local only (no download): say where it is looked for instead of a traceback

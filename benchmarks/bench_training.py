@@ -36,8 +36,8 @@ MT_OVERRIDES = ["experiment=demo/copy", "model=transformer_base", "model/attenti
 
 
 def _setup(overrides: list[str], precision: str):
+    from attnlab.training.build import build_datamodule, build_module
     from attnlab.training.compose import compose
-    from attnlab.training.run import build_datamodule, build_module
 
     cfg = compose("train", [*overrides, f"hardware.precision={precision}"])
     torch.manual_seed(0)

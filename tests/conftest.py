@@ -101,6 +101,20 @@ def require_shared_data(*relative: str) -> Path:
     return SHARED_DATA
 
 
+@pytest.fixture
+def tiny_wikitext(tmp_path) -> Path:
+    """A data root (``tmp_path/data``) holding a tiny word-level corpus in WikiText-2's layout
+    (``wikitext2/wiki.{train,valid,test}.tokens``: 300, 40 and 40 lines of a 16-word vocabulary with ``<unk>`` and
+    headings), for the LM tasks that read local files (``task=lm/wikitext2``, ``lm/lm1b``'s stand-in, ...)."""
+    words = "the cat sat on a mat and the dog ran to the park <unk> = heading =".split()
+    folder = tmp_path / "data" / "wikitext2"
+    folder.mkdir(parents=True)
+    for split, n in (("train", 300), ("valid", 40), ("test", 40)):
+        lines = [" ".join(words[(i * 7 + j) % len(words)] for j in range(5 + i % 9)) for i in range(n)]
+        (folder / f"wiki.{split}.tokens").write_text("\n".join(lines) + "\n")
+    return tmp_path / "data"
+
+
 @pytest.fixture(autouse=True)
 def _quiet_wandb(monkeypatch, tmp_path):
     monkeypatch.setenv("WANDB_MODE", "offline")

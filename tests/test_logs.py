@@ -59,7 +59,7 @@ def test_debug_limit_does_not_warn_about_its_own_logging_interval(limit_run):
 
 
 def test_no_progress_bar_when_the_output_is_not_a_terminal(tmp_path, monkeypatch):
-    from attnlab.training.loggers_callbacks import build_callbacks
+    from attnlab.training.callbacks import build_callbacks
     from attnlab.training.run import build_trainer
     from tests.conftest import compose
 

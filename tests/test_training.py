@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 import torch
@@ -17,15 +16,6 @@ LISTOPS_TINY = ["task=lra/listops", "task.at_scale.cpu.train_size=32", "task.at_
                 "task.at_scale.cpu.test_size=8", "task.at_scale.cpu.min_len=16", "task.at_scale.cpu.max_len=40"]
 
 
-def _write_tiny_corpus(root: Path) -> None:
-    words = "the cat sat on a mat and the dog ran to the park <unk> = heading =".split()
-    folder = root / "wikitext2"
-    folder.mkdir(parents=True)
-    for split, n in (("train", 300), ("valid", 40), ("test", 40)):
-        lines = [" ".join(words[(i * 7 + j) % len(words)] for j in range(5 + i % 9)) for i in range(n)]
-        (folder / f"wiki.{split}.tokens").write_text("\n".join(lines) + "\n")
-
-
 @pytest.mark.parametrize(
     "family_overrides",
     [
@@ -36,9 +26,8 @@ def _write_tiny_corpus(root: Path) -> None:
     ],
     ids=["seq2seq-copy", "seq2seq-addition", "classification-listops", "lm-wikitext2"],
 )
-def test_fast_dev_run_per_task_family(family_overrides, tmp_path):
-    _write_tiny_corpus(tmp_path / "data")
-    cfg = compose([*TINY, *family_overrides, "debug=fdr", f"paths.data_root={tmp_path / 'data'}"],
+def test_fast_dev_run_per_task_family(family_overrides, tmp_path, tiny_wikitext):
+    cfg = compose([*TINY, *family_overrides, "debug=fdr", f"paths.data_root={tiny_wikitext}"],
                   run_dir=tmp_path / "run")
     record = run(cfg, run_dir=tmp_path / "run", command="pytest")
     assert record["status"] == "completed"

@@ -230,7 +230,7 @@ def test_auto_uses_triton_after_its_self_test_and_the_record_names_it(kernel, mo
     from types import SimpleNamespace
 
     import attnlab.attention.bigbird as bigbird
-    from attnlab.training.record_writers import _attention_kernels
+    from attnlab.training.record_writers import attention_kernels
 
     monkeypatch.setattr(bigbird, "TRITON_AUTO_DEVICES", ("cuda", DEVICE.type))
     monkeypatch.setattr(bigbird, "TRITON_SELF_TESTS", {})
@@ -251,7 +251,7 @@ def test_auto_uses_triton_after_its_self_test_and_the_record_names_it(kernel, mo
     assert ("self-test passed" in lines[0]) == (kernel == "correct")
     if kernel == "wrong_values":
         assert "triton kernel" in lines[0] and "output differs from the reference" in lines[0]
-    assert _attention_kernels(SimpleNamespace(model=torch.nn.Sequential(module))) == {"attention_kernels": [expected]}
+    assert attention_kernels(SimpleNamespace(model=torch.nn.Sequential(module))) == {"attention_kernels": [expected]}
 
 
 @pytest.mark.gpu

@@ -62,12 +62,12 @@ def test_a_run_shorter_than_its_warm_up_has_no_steady_figure(monkeypatch):
 
 def test_the_record_reports_steady_mfu_per_device(monkeypatch):
     from attnlab.training.perf import MFUCallback
-    from attnlab.training.record_writers import _steady
+    from attnlab.training.record_writers import steady_summary
 
     throughput = _drive([5.0] + [0.5] * 19, 100, monkeypatch, world_size=2)
     mfu = MFUCallback(measure_peak=False)
     mfu.flops_per_token, mfu.peak = 1e6, 1e9
-    steady = _steady(throughput, [mfu], world_size=2)
+    steady = steady_summary(throughput, [mfu], world_size=2)
     # per device: 100 tokens / 0.5 s * 1e6 FLOPs per token / 1e9 peak
     assert abs(steady["steady_mfu"] - 0.2) < 1e-9
-    assert _steady(throughput, [], world_size=2)["steady_mfu"] is None
+    assert steady_summary(throughput, [], world_size=2)["steady_mfu"] is None

@@ -26,7 +26,7 @@ def run_with_callbacks(run_dir: Path, extra=(), callbacks=()):
     run_module = importlib.import_module("attnlab.training.run")
     cfg = compose([*DETERMINISTIC, *extra], run_dir=run_dir)
     original = run_module.build_callbacks
-    run_module.build_callbacks = lambda c, d: [*callbacks, *original(c, d)]
+    run_module.build_callbacks = lambda c, d, **kw: [*callbacks, *original(c, d, **kw)]
     try:
         return run_module.run(cfg, run_dir=run_dir, command="pytest")
     finally:

@@ -239,13 +239,14 @@ def test_ctrl_c_writes_an_interrupted_record_and_says_how_to_resume(tmp_path, mo
 
 # -- 17.6: a run that trained nothing is never completed -------------------------------------------------------
 def test_a_run_that_trained_zero_steps_is_not_completed(tmp_path, monkeypatch):
+    from attnlab.tasks import DataError
     from tests.conftest import compose
 
     run_module = importlib.import_module("attnlab.training.run")  # the package exports a function of that name
 
     monkeypatch.setattr(run_module, "validate", lambda cfg: None)  # as if a new way to an empty split slipped by
     cfg = compose([*FAST, "trainer.limit_train_batches=0"], run_dir=tmp_path / "run")
-    with pytest.raises(run_module.DataError, match="trained 0 steps"):
+    with pytest.raises(DataError, match="trained 0 steps"):
         run_module.run(cfg, run_dir=tmp_path / "run")
     assert not (tmp_path / "run" / "results.json").exists()
 

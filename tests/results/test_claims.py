@@ -182,6 +182,29 @@ def test_table_all_writes_claims_overview_and_check_holds_it(workspace, put_reco
         build_tables({**cfg, "check": True})
 
 
+def test_claims_are_evaluated_once_per_built_table(workspace, put_record, monkeypatch):
+    """The table's page, its LaTeX, CLAIMS.md, the results index and a README's table and claims blocks all show
+    the claims of one build: they are evaluated once per table (issue 51), not once per page."""
+    import attnlab.results.claims as claims
+
+    _seeds(put_record, "stacked", [0.30, 0.31, 0.32])
+    _seeds(put_record, "ut", [0.50, 0.51, 0.52])
+    spec = {**SPEC, "claims": [_claim("UT beats the Transformer", "greater")]}
+    (workspace / "experiments" / "toy" / "t1.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
+    readme = workspace / "README.md"
+    readme.write_text("<!-- attnlab-table: toy/t1 -->\n<!-- /attnlab-table -->\n"
+                      "<!-- attnlab-claims: toy -->\n<!-- /attnlab-claims -->\n")
+    evaluated = []
+    real = claims.evaluate_claims
+    monkeypatch.setattr(claims, "evaluate_claims", lambda built: evaluated.append(built.spec.name) or real(built))
+    build_tables({"table": "all", "experiments_dir": str(workspace / "experiments"), "runs": str(workspace / "runs"),
+                  "out": str(workspace / "out"), "plot": False, "readme": str(readme), "force": True})
+    assert evaluated == ["toy/t1"]
+    assert "UT beats the Transformer" in (workspace / "out" / "CLAIMS.md").read_text()
+    assert "**held**" in (workspace / "out" / "toy" / "t1.md").read_text()
+    assert "1 claims: 1 held" in readme.read_text()
+
+
 def test_a_claim_whose_precondition_the_runs_miss_is_inconclusive(workspace, put_record):
     _seeds(put_record, "stacked", [0.30, 0.31, 0.32])
     for seed, acc in enumerate([0.50, 0.51, 0.52]):

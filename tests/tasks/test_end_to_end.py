@@ -45,27 +45,16 @@ def test_glue_stsb_regression_reports_correlations(tmp_path):
     assert {"test/pearson", "test/spearman", "test/mse"} <= set(final)
 
 
-def _tiny_wikitext(root: Path) -> None:
-    words = "the cat sat on a mat and the dog ran to the park <unk> = heading =".split()
-    folder = root / "wikitext2"
-    folder.mkdir(parents=True)
-    for split, n in (("train", 300), ("valid", 40), ("test", 40)):
-        lines = [" ".join(words[(i * 7 + j) % len(words)] for j in range(5 + i % 9)) for i in range(n)]
-        (folder / f"wiki.{split}.tokens").write_text("\n".join(lines) + "\n")
-
-
-def test_subword_lm_reports_subword_and_word_perplexity(tmp_path):
-    _tiny_wikitext(tmp_path / "data")
+def test_subword_lm_reports_subword_and_word_perplexity(tmp_path, tiny_wikitext):
     record = _run(tmp_path, ["task=lm/lm1b", "task.at_scale.cpu.block_len=16",
-                             "task.at_scale.cpu.tokenizer.vocab_size=60"], tmp_path / "data")
+                             "task.at_scale.cpu.tokenizer.vocab_size=60"], tiny_wikitext)
     final = record["metrics"]["final"]
     assert final["test/ppl"] > 1 and final["test/word_ppl"] > final["test/ppl"]  # fewer words than subwords
     assert "word_ppl" in record["metric_flavours"] and "STAND-IN" in record["metric_flavours"]["data"]
 
 
-def test_lambada_reports_last_word_accuracy(tmp_path):
-    root = tmp_path / "data"
-    _tiny_wikitext(root)
+def test_lambada_reports_last_word_accuracy(tmp_path, tiny_wikitext):
+    root = tiny_wikitext
     (root / "lambada").mkdir()
     for name in ("lambada_test_plain_text.txt", "lambada_development_plain_text.txt"):
         (root / "lambada" / name).write_text("the cat sat on a mat and the dog ran to the park\n" * 8)

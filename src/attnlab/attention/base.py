@@ -188,9 +188,9 @@ def countable_kernels(model: nn.Module):
 def number_attention_layers(model: nn.Module, run_seed: int | None = None) -> int:
     """Call ``bind_layer(index, run_seed)`` on every attention module of ``model`` that is not inside
     another attention module, numbered 0, 1, ... in module order (encoder layers, then decoder layers; a
-    layer's self-attention before its cross-attention). ``run_seed`` defaults to ``torch.initial_seed()``,
-    which ``seed_everything(cfg.seed)`` sets to the run seed before the model is built. Returns the number
-    of modules numbered."""
+    layer's self-attention before its cross-attention). A run passes its seed (``TaskModule`` hands ``cfg.seed``
+    to the network); a network built alone (tests, tools) passes None and the draw takes ``torch.initial_seed()``.
+    Returns the number of modules numbered."""
     seed = torch.initial_seed() if run_seed is None else int(run_seed)
     count = 0
     for count, module in enumerate(_outermost_attention([model]), start=1):

@@ -299,7 +299,7 @@ class BigBirdAttention(Attention):
         self.max_blocks = -(-int(self.max_len) // o.block_size)
         self.plan_heads = 1 if o.share_plan_across_heads else num_heads
         self.layer_index = 0
-        self.run_seed = torch.initial_seed()
+        self.run_seed = torch.initial_seed()  # a module built alone; its network's bind_layer gives the run seed
         self.register_buffer("random_blocks", self._draw(self._plan_generator()), persistent=True)
         self._plans: dict = {}
         self._logged_fallback: set[int] = set()

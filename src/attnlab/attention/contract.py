@@ -28,6 +28,7 @@ import torch
 from attnlab.attention.capture import capture_attention_weights
 from attnlab.attention.masks import causal_allowed
 from attnlab.attention.registry import available, build_attention, get_entry
+from attnlab.plugins import PluginError, load_plugins
 
 D_MODEL, HEADS, MAX_LEN = 32, 4, 64
 _TOL = {"atol": 1e-5, "rtol": 1e-5}
@@ -158,8 +159,6 @@ def run_contract(name: str) -> list[tuple[str, str, str]]:
 def resolve_variant(target: str, plugin: str | None = None) -> str:
     """The registered name of ``module:Class`` (imported, so it registers) or of a name itself."""
     if plugin:
-        from attnlab.plugins import PluginError, load_plugins
-
         try:
             load_plugins({"plugins": [plugin]})
         except PluginError as exc:

@@ -111,13 +111,15 @@ def _merge_aux(*auxes: dict[str, Any]) -> dict[str, Any]:
 class EncoderDecoder(nn.Module):
     """Encoder-decoder Transformer for sequence-to-sequence tasks (MT, summarization, algorithmic)."""
 
-    def __init__(self, cfg: dict[str, Any], *, src_vocab: int, tgt_vocab: int, pad_id: int, max_len: int):
+    def __init__(self, cfg: dict[str, Any], *, src_vocab: int, tgt_vocab: int, pad_id: int, max_len: int,
+                 run_seed: int | None = None):
         super().__init__()
         spec = _spec(cfg, max_len)
         self.pad_id = pad_id
         self.encoder = build_encoder_stack(dict(cfg["recurrence"]), spec, cfg["encoder_layers"])
         self.decoder = build_decoder_stack(dict(cfg["recurrence"]), spec, cfg["decoder_layers"], cross=True)
-        number_attention_layers(self)  # per-layer random state (BigBird plans, fixed random R) from (seed, layer)
+        # per-layer random state (BigBird plans, fixed random R) from (run seed, layer)
+        number_attention_layers(self, run_seed)
         self.max_shift = int(cfg.get("random_position_offset", 0) or 0)
         emb = dict(pad_id=pad_id, max_len=max_len, positions=cfg["positions"], dropout=cfg["dropout"],
                    max_shift=self.max_shift)
@@ -160,12 +162,13 @@ class EncoderDecoder(nn.Module):
 class DecoderLM(nn.Module):
     """Decoder-only language model (causal self-attention, no cross-attention)."""
 
-    def __init__(self, cfg: dict[str, Any], *, vocab: int, pad_id: int, max_len: int):
+    def __init__(self, cfg: dict[str, Any], *, vocab: int, pad_id: int, max_len: int,
+                 run_seed: int | None = None):
         super().__init__()
         spec = _spec(cfg, max_len)
         self.pad_id = pad_id
         self.decoder = build_decoder_stack(dict(cfg["recurrence"]), spec, cfg["decoder_layers"], cross=False)
-        number_attention_layers(self)
+        number_attention_layers(self, run_seed)
         self.max_shift = int(cfg.get("random_position_offset", 0) or 0)
         self.embed = Embedding(vocab, cfg["d_model"], pad_id=pad_id, max_len=max_len,
                                positions=cfg["positions"], dropout=cfg["dropout"], max_shift=self.max_shift)
@@ -187,12 +190,13 @@ class DecoderLM(nn.Module):
 class EncoderClassifier(nn.Module):
     """Encoder with a classification (or regression, ``num_classes=1``) head over mean-pooled states."""
 
-    def __init__(self, cfg: dict[str, Any], *, vocab: int, pad_id: int, max_len: int, num_classes: int):
+    def __init__(self, cfg: dict[str, Any], *, vocab: int, pad_id: int, max_len: int, num_classes: int,
+                 run_seed: int | None = None):
         super().__init__()
         spec = _spec(cfg, max_len)
         self.pad_id = pad_id
         self.encoder = build_encoder_stack(dict(cfg["recurrence"]), spec, cfg["encoder_layers"])
-        number_attention_layers(self)
+        number_attention_layers(self, run_seed)
         self.max_shift = int(cfg.get("random_position_offset", 0) or 0)
         self.embed = Embedding(vocab, cfg["d_model"], pad_id=pad_id, max_len=max_len,
                                positions=cfg["positions"], dropout=cfg["dropout"], max_shift=self.max_shift)
@@ -222,12 +226,14 @@ class EncoderMLM(nn.Module):
     vocabulary projection, the largest matrix product at word level, is paid for 15% of the tokens.
     """
 
-    def __init__(self, cfg: dict[str, Any], *, vocab: int, pad_id: int, max_len: int):
+    def __init__(self, cfg: dict[str, Any], *, vocab: int, pad_id: int, max_len: int,
+                 run_seed: int | None = None):
         super().__init__()
         spec = _spec(cfg, max_len)
         self.pad_id = pad_id
         self.encoder = build_encoder_stack(dict(cfg["recurrence"]), spec, cfg["encoder_layers"])
-        number_attention_layers(self)  # without it every layer drew layer 0's BigBird plan (before 2026-12-04)
+        # without it every layer drew layer 0's BigBird plan (before 2026-12-04)
+        number_attention_layers(self, run_seed)
         self.embed = Embedding(vocab, cfg["d_model"], pad_id=pad_id, max_len=max_len,
                                positions=cfg["positions"], dropout=cfg["dropout"])
         d = cfg["d_model"]

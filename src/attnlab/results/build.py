@@ -82,6 +82,9 @@ class BuiltTable:
     footnotes: list[str]
     corrupt_unplaced: list[Corrupt]
     baselines: TableBaselines | None = None  # the trivial baselines of the runs (results/baselines/<table>.json)
+    # The results of the spec's claims, evaluated once per built table by ``claims.claims_of`` and read from here by
+    # every page that shows them (the table's page and LaTeX, results/CLAIMS.md, the results index, README blocks).
+    claims: list[Any] | None = field(default=None, repr=False, compare=False)
 
     @property
     def caption(self) -> str:

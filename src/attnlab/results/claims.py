@@ -363,6 +363,14 @@ def evaluate_claims(built: BuiltTable) -> list[ClaimResult]:
     return results
 
 
+def claims_of(built: BuiltTable) -> list[ClaimResult]:
+    """The results of the table's claims (``evaluate_claims``), evaluated once per built table and kept on it:
+    the table's page, its LaTeX, results/CLAIMS.md, the results index and the README blocks read the same list."""
+    if built.claims is None:
+        built.claims = evaluate_claims(built)
+    return built.claims
+
+
 def fmt_interval(result: ClaimResult, digits: int) -> str:
     if result.interval is None:
         return "—"

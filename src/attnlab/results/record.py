@@ -665,7 +665,7 @@ def read_record(path: str | os.PathLike) -> dict[str, Any]:
     return data
 
 
-# The folders the loggers write inside a run folder (training/loggers_callbacks.py, wandb_run.py). wandb keeps a
+# The folders the loggers write inside a run folder (training/loggers.py, wandb_run.py). wandb keeps a
 # copy of the run's results.json among its files; read as a record it would count the run twice.
 LOGGER_FOLDERS = frozenset({"wandb", "csv", "tensorboard"})
 

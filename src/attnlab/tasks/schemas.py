@@ -32,14 +32,20 @@ class CommonTask:
 
 
 @dataclass
-class AlgorithmicTask(CommonTask):
+class GeneratedSplits(CommonTask):
+    """A task whose examples are generated: how many of each split (the scale presets set them)."""
+
+    train_size: int = 0
+    val_size: int = 0
+    test_size: int = 0
+
+
+@dataclass
+class AlgorithmicTask(GeneratedSplits):
     model_layout: ClassVar[str | None] = "encoder_decoder"
 
     op: str = "copy"
     base: int = 10
-    train_size: int = 0
-    val_size: int = 0
-    test_size: int = 0
     train_max_len: int = 40
     test_min_len: int = 1
     test_max_len: int = 400
@@ -61,12 +67,9 @@ class AlgorithmicTask(CommonTask):
 
 
 @dataclass
-class ListOpsTask(CommonTask):
+class ListOpsTask(GeneratedSplits):
     model_layout: ClassVar[str | None] = "encoder"
 
-    train_size: int = 0
-    val_size: int = 0
-    test_size: int = 0
     min_len: int = 1
     max_len: int = 2000
     max_depth: int = 10
@@ -237,7 +240,7 @@ class LambadaTask(CommonTask):
 
 
 @dataclass
-class LteTask(CommonTask):
+class LteTask(GeneratedSplits):
     model_layout: ClassVar[str | None] = "encoder_decoder"
 
     variant: str = "program"          # program | control | addition | copy | double | reverse
@@ -245,9 +248,6 @@ class LteTask(CommonTask):
     length: int = 5                   # digits of the numbers (memorization: of the number to copy)
     nesting: int = 2                  # operations composed per program
     strategy: str = "mix"             # mix (UT: no curriculum) | baseline (always length/nesting)
-    train_size: int = 0
-    val_size: int = 0
-    test_size: int = 0
 
     @classmethod
     def why_no_data(cls, task: Any) -> str | None:

@@ -191,7 +191,7 @@ def read_documents(spec: dict[str, Any], split: str, data_root: str | os.PathLik
     if hf_offline():
         raise hub_error(name, ConnectionError("offline"), local_hint, streamed=True)
     go_offline_if_unreachable(hub_id, name, local_hint, streamed=True)
-    import datasets
+    import datasets  # seconds to import; only a streamed C4 read needs it
 
     hub_split = (spec.get("hub_splits") or {}).get(split, split)
     field = spec.get("hub_text_field", "text")

@@ -54,7 +54,9 @@ from attnlab.decoding.options import DecodingOptions
 from attnlab.metrics.classification import METRICS, classification_scores
 from attnlab.tasks.base import DataError, TaskData
 from attnlab.tasks.batching import IndexedDataset
+from attnlab.tasks.glue import labelled_splits
 from attnlab.tasks.registry import register_task_family
+from attnlab.tasks.schemas import with_defaults
 from attnlab.tasks.sources import HubUnavailable
 from attnlab.tasks.span_corruption import shared_vocabulary
 from attnlab.tasks.t5_formats import T5_FORMATS, T5Format
@@ -223,8 +225,6 @@ class _Member:
 
 
 def _member_config(key: str, member: dict[str, Any]) -> tuple[dict[str, Any], T5Format]:
-    from attnlab.tasks.schemas import with_defaults
-
     cfg = with_defaults(dict(member))
     cfg.pop("at_scale", None)
     fmt = T5_FORMATS.get(cfg.get("name"))
@@ -264,8 +264,6 @@ def _cap(value: Any) -> int | None:
 
 @register_task_family("text_to_text")
 def load_text_to_text(cfg: dict[str, Any], seed: int) -> TaskData:
-    from attnlab.tasks.glue import labelled_splits
-
     selected = _selected(cfg)
     vocab = shared_vocabulary(cfg["vocabulary"], data_root=cfg["data_root"], cache_dir=cfg.get("tokenizer_cache"))
     tok, detok = vocab.tokenizer, Detokenizer(vocab.tokenizer)

@@ -7,6 +7,9 @@ from typing import Any
 
 from torch.utils.data import Dataset
 
+from attnlab.tasks.base import TaskData
+from attnlab.tasks.batching import IndexedSeq2SeqCollate
+
 PAD, BOS, EOS, UNK = "<pad>", "<s>", "</s>", "<unk>"
 SPECIALS = (PAD, BOS, EOS, UNK)
 
@@ -43,9 +46,6 @@ class Vocab:
 def symbol_seq2seq_task(vocab: Vocab, datasets: dict[str, Dataset], **fields: Any):
     """``TaskData`` of a sequence-to-sequence task whose source and target share one symbol vocabulary
     (generated character/digit tasks): the collate, vocabulary sizes and special ids all come from it."""
-    from attnlab.tasks.base import TaskData
-    from attnlab.tasks.batching import IndexedSeq2SeqCollate
-
     return TaskData(
         kind="seq2seq",
         datasets=datasets,

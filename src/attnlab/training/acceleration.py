@@ -85,8 +85,8 @@ def nan_check(cfg: DictConfig) -> str:
 
 
 def apply_to_module(cfg: DictConfig, module: Any) -> None:
-    """Set the module's optimizer choice and wrap or compile its network as the options say."""
-    module.fused_optimizer = switch(cfg, "fused_optimizer")
+    """Wrap or compile the module's network as the options say (its optimizer choice is a constructor keyword,
+    ``build_module``)."""
     if switch(cfg, "activation_checkpointing"):
         from attnlab.models.recompute import recompute_layer_activations
 

@@ -17,6 +17,7 @@ config hash, see ``results.record.DEFAULT_HASH_EXCLUDE``) are the same with and 
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 from pathlib import Path
@@ -26,7 +27,8 @@ import lightning as L
 import torch
 
 from attnlab.attention.capture import AttentionWeights, capture_attention_weights
-from attnlab.results.record import ATTENTION_DIR
+from attnlab.results.record import ATTENTION_DIR, atomic_write_text
+from attnlab.training.data import first_validation_rows
 
 log = logging.getLogger(__name__)
 
@@ -106,8 +108,6 @@ def attention_histograms(model: torch.nn.Module, forward) -> list[dict[str, Any]
 
 def fixed_sample_batch(trainer: L.Trainer, size: int) -> dict[str, torch.Tensor]:
     """The first ``size`` rows of the first validation batch (the sample ``PonderStats`` draws too)."""
-    from attnlab.training.data import first_validation_rows
-
     return first_validation_rows(trainer.datamodule, size)
 
 
@@ -161,10 +161,6 @@ class AttentionWeightsHistogram(L.Callback):
                         str(exc).splitlines()[0] if str(exc) else "")
 
     def write(self, trainer, pl_module) -> Path:
-        import json
-
-        from attnlab.results.record import atomic_write_text
-
         sample = fixed_sample_batch(trainer, self.sample_size)
         batch = {k: v.to(pl_module.device) for k, v in sample.items()}
         was_training = pl_module.training

@@ -15,10 +15,12 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from attnlab.attention.registry import get_entry
 from attnlab.decoding.options import DecodingOptions
 from attnlab.errors import ConfigError
 from attnlab.tasks import DataError, TaskData, build_task
 from attnlab.training.acceleration import apply_to_module, switch
+from attnlab.training.data import derive_token_batching, example_length
 from attnlab.training.modules import MODULES, TaskModule
 from attnlab.training.resumable_data import ResumableDataModule
 
@@ -62,8 +64,6 @@ def micro_batch_ceiling(cfg: DictConfig, max_len: int | None) -> int:
 def token_budget(cfg: DictConfig, max_len: int | None) -> tuple[int, int]:
     """(padded tokens per micro-batch, gradient accumulation) for ``batch.tokens_per_update``: a
     micro-batch holds at most ``hardware.max_batch_per_device`` sequences of up to ``max_len`` tokens."""
-    from attnlab.training.data import derive_token_batching
-
     if not max_len:
         raise ConfigError("batch.tokens_per_update needs the task's max length; build the task first")
     world = cfg.hardware.devices * cfg.hardware.num_nodes
@@ -115,8 +115,6 @@ def model_config(cfg: DictConfig, task: TaskData) -> dict[str, Any]:
             f"the task needs sequences of length {longest_example(task)} but model.max_len={model['max_len']}; "
             f"raise model.max_len or shorten the task"
         )
-    from attnlab.attention.registry import get_entry
-
     attention = model["attention"]
     model["attention"] = get_entry(attention["name"]).cls.resolve_options(
         attention, run_seed=int(cfg.seed), train_lengths=list(task.train_lengths))
@@ -125,8 +123,6 @@ def model_config(cfg: DictConfig, task: TaskData) -> dict[str, Any]:
 
 def longest_example(task: TaskData) -> int:
     """The longest sequence a model must hold over every split (BOS/EOS included), without decoding room."""
-    from attnlab.training.data import example_length
-
     if task.kind != "seq2seq" or not task.datasets:
         return task.max_len
     return max(max(example_length(ds[i]) for i in range(len(ds))) + 1 for ds in task.datasets.values() if len(ds))
@@ -160,15 +156,18 @@ def run_flavours(cfg: DictConfig, task: TaskData) -> dict[str, Any]:
     return flavours
 
 
-def build_module(cfg: DictConfig, task: TaskData | None = None) -> TaskModule:
+def build_module(cfg: DictConfig, task: TaskData | None = None, *, nonfinite_guard: Any = None) -> TaskModule:
+    """The task family's module for ``cfg``, with the task's scorer and references, the config's optimizer
+    choice and ``nonfinite_guard`` (``run`` passes the trainer's; tools that only evaluate pass none)."""
     task = task or build_task_data(cfg)
     module_cls = MODULES[task.kind]
+    scored = task.score_text is not None
     module = module_cls(model_config(cfg, task), OmegaConf.to_container(cfg.optim, resolve=True), task_info(task),
-                        decoding_config(cfg))
-    if task.score_text is not None:
-        module.text_scorer, module.references = task.score_text, task.references
-    if task.kind == "seq2seq":  # decoded test outputs are kept for the outputs files (training/outputs.py)
-        module.detokenize = task.detokenize
+                        decoding_config(cfg), run_seed=int(cfg.seed),
+                        text_scorer=task.score_text, references=task.references if scored else None,
+                        # decoded test outputs are kept for the outputs files (training/outputs.py)
+                        detokenize=task.detokenize if task.kind == "seq2seq" else None,
+                        fused_optimizer=switch(cfg, "fused_optimizer"), nonfinite_guard=nonfinite_guard)
     apply_to_module(cfg, module)
     return module
 

@@ -1,15 +1,30 @@
-"""Callbacks: throughput, best-metric tracking, the metrics lines of ``train.log`` and UT ponder statistics."""
+"""Callbacks: throughput, best-metric tracking, the metrics lines of ``train.log`` and UT ponder statistics, and
+``build_callbacks``, the callbacks a run's trainer gets (these, the checkpoint, NaN-guard, MFU, plateau and
+attention-capture ones of their own modules, and the ones a config file adds by ``_target_``)."""
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import time
+from pathlib import Path
 
 import lightning as L
 import torch
+from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint
+from omegaconf import DictConfig, OmegaConf
 
-from attnlab.results.record import PONDER_DIR
+from attnlab.models.recurrence import emits_ponder_steps
+from attnlab.results.record import CHECKPOINTS_DIR, PONDER_DIR
+from attnlab.training.acceleration import nan_check
+from attnlab.training.attention_capture import AttentionWeightsHistogram
+from attnlab.training.checkpointing import LastCheckpoint, RandomState
+from attnlab.training.config_targets import instantiate_own
+from attnlab.training.data import first_validation_rows
+from attnlab.training.nonfinite_guard import NonFiniteGuard
+from attnlab.training.perf import MFUCallback
+from attnlab.training.plateau import PlateauDecay, PlateauOptions
 
 LOWER_IS_BETTER = ("loss", "ppl", "nll", "ponder", "error")
 
@@ -245,8 +260,6 @@ class PonderStats(L.Callback):
         if trainer.sanity_checking or not trainer.is_global_zero:
             return
         if self._sample is None:
-            from attnlab.training.data import first_validation_rows
-
             self._sample = first_validation_rows(trainer.datamodule, self.sample_size)
         batch = {k: v.to(pl_module.device) for k, v in self._sample.items()}
         with torch.no_grad():
@@ -254,11 +267,48 @@ class PonderStats(L.Callback):
         steps = {k: v for k, v in aux.items() if k.endswith("steps") and isinstance(v, torch.Tensor)}
         if not steps:
             return
-        import json
-        from pathlib import Path
-
         path = Path(self.out_dir) / PONDER_DIR / "steps.jsonl"
         path.parent.mkdir(parents=True, exist_ok=True)
         with path.open("a") as f:
             f.write(json.dumps({"step": trainer.global_step,
                                 **{k: v.detach().cpu().tolist() for k, v in steps.items()}}) + "\n")
+
+
+def build_nonfinite_guard(cfg: DictConfig) -> NonFiniteGuard:
+    """The NaN/Inf guard of ``nan_policy``: a callback of the trainer that the module also holds (it checks each
+    loss before backward)."""
+    return NonFiniteGuard(cfg.get("nan_policy", "stop"), int(cfg.get("max_skipped_batches", 0)), check=nan_check(cfg))
+
+
+def build_callbacks(cfg: DictConfig, run_dir: Path, *, nonfinite_guard: NonFiniteGuard | None = None) -> list:
+    """The callbacks of a run's trainer: the ones every run gets (``nonfinite_guard``: the one the module holds,
+    built here where none is given), the ones ``cfg.callbacks`` and ``cfg.optim`` switch on, then the ones a
+    config file adds by ``_target_``."""
+    c = cfg.callbacks
+    mfu = bool(c.get("mfu")) and not cfg.get("debug_mode")
+    callbacks: list = [Throughput(log=not mfu), BestMetrics(), RandomState(),
+                       nonfinite_guard or build_nonfinite_guard(cfg), MetricsLine(cfg.trainer.log_every_n_steps)]
+    if c.get("checkpoint"):
+        ck = c.checkpoint
+        if ck.save_top_k:
+            callbacks.append(ModelCheckpoint(
+                dirpath=str(run_dir / CHECKPOINTS_DIR), monitor=ck.monitor, mode=ck.mode, save_last=False,
+                save_top_k=ck.save_top_k, filename="step{step:07d}", auto_insert_metric_name=False,
+            ))
+        # After ModelCheckpoint in the list (Lightning keeps that order), so last.ckpt records the newest best.
+        if ck.save_last:
+            callbacks.append(LastCheckpoint(run_dir / CHECKPOINTS_DIR, every_n_steps=ck.get("every_n_steps"),
+                                            handle_signals=ck.get("on_signal", True)))
+    has_logger = any(v is not None for v in cfg.logger.values())
+    if c.get("lr_monitor") and has_logger:
+        callbacks.append(LearningRateMonitor(logging_interval="step"))
+    if mfu:  # perf/mfu against the datasheet peak, or the matmul peak measured at fit start on CPU
+        callbacks.append(MFUCallback(log_every=cfg.trainer.log_every_n_steps))
+    if c.get("ponder_stats") and emits_ponder_steps(cfg.model.recurrence.name):
+        callbacks.append(PonderStats(str(run_dir), sample_size=c.ponder_stats.sample_size))
+    if cfg.optim.get("plateau") is not None:
+        options = PlateauOptions(**OmegaConf.to_container(cfg.optim.plateau, resolve=True))
+        callbacks.append(PlateauDecay(options, warmup_steps=cfg.optim.warmup_steps))
+    if c.get("record_attention"):
+        callbacks.append(AttentionWeightsHistogram(str(run_dir), sample_size=c.get("record_attention_sample_size", 8)))
+    return callbacks + instantiate_own(c, "callbacks")

@@ -9,6 +9,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from lightning.pytorch.callbacks import ModelCheckpoint
 from omegaconf import DictConfig
 
 from attnlab.errors import ConfigError
@@ -52,8 +53,6 @@ def load_test_weights(cfg: DictConfig, module: TaskModule, callbacks: list, fina
     """Put the weights the test splits are scored with into ``module`` (``test_weights``) and describe them:
     ``last`` keeps the final weights; ``best`` loads the checkpoint best by ``callbacks.checkpoint.monitor``
     (QKNorm tests its best-dev-BLEU checkpoint). Returns the record's description, ``flavour`` included."""
-    from lightning.pytorch.callbacks import ModelCheckpoint
-
     if cfg.get("test_weights", "last") == "last":
         return {"weights": "last", "step": final_step, "flavour": "last weights (end of training)"}
     best = next((c for c in callbacks if isinstance(c, ModelCheckpoint)), None)

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import lightning as L
+import numpy as np
 import torch
 from lightning.pytorch.callbacks import Checkpoint
 from lightning.pytorch.plugins.io import TorchCheckpointIO
@@ -193,8 +194,6 @@ def check_weights_fit(module: torch.nn.Module, state: dict[str, torch.Tensor], n
 # -- random number generators -------------------------------------------------------------------------
 def rng_state() -> dict[str, Any]:
     """Every generator training draws from, as tensors and plain values (loadable with weights_only)."""
-    import numpy as np
-
     name, keys, pos, has_gauss, cached = np.random.get_state()
     state = {
         "torch": torch.get_rng_state(),
@@ -209,8 +208,6 @@ def rng_state() -> dict[str, Any]:
 
 
 def set_rng_state(state: dict[str, Any]) -> None:
-    import numpy as np
-
     torch.set_rng_state(state["torch"])
     version, internal, gauss = state["python"]
     random.setstate((version, tuple(internal), gauss))

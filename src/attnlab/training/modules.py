@@ -13,6 +13,8 @@ from typing import Any
 import lightning as L
 import torch
 import torch.nn.functional as F
+from hydra.utils import instantiate
+from torchmetrics.classification import MulticlassAccuracy
 
 from attnlab.decoding.options import DecodingOptions
 from attnlab.decoding.search import beam_search, greedy_decode
@@ -59,23 +61,31 @@ class TaskModule(L.LightningModule):
     """Shared optimisation, aux-loss handling (ACT ponder terms) and logging."""
 
     def __init__(self, model_cfg: dict[str, Any], optim_cfg: dict[str, Any], task_info: dict[str, Any],
-                 eval_cfg: dict[str, Any]) -> None:
+                 eval_cfg: dict[str, Any], *, run_seed: int | None = None, text_scorer: Any = None,
+                 references: dict[str, list] | None = None, detokenize: Any = None, fused_optimizer: bool = False,
+                 nonfinite_guard: Any = None) -> None:
+        """``run_seed`` seeds the per-layer random state of the network (BigBird plans, fixed random R; the
+        network reads ``torch.initial_seed()`` where it is None). The collaborators ``build_module`` passes
+        from the task and the config (plain callables and strings, not hyperparameters): ``text_scorer``
+        scores whole splits of outputs (BLEU, ROUGE, MCC, bAbI failed tasks, ...) against
+        ``references[split]``; ``detokenize`` turns decoded ids into the outputs files' text;
+        ``fused_optimizer`` picks Adam's fused kernel; ``nonfinite_guard`` (``run`` passes the one among the
+        trainer's callbacks) checks each loss before backward."""
         super().__init__()
         # Kept in checkpoints, not sent to loggers: the run's logged config is the resolved Hydra config,
-        # which these dicts would repeat under other names (model_cfg.d_model beside model.d_model).
-        self.save_hyperparameters(logger=False)
+        # which these dicts would repeat under other names (model_cfg.d_model beside model.d_model). The
+        # collaborators are no hyperparameters: checkpoints load with ``weights_only=True``.
+        self.save_hyperparameters("model_cfg", "optim_cfg", "task_info", "eval_cfg", logger=False)
         self.model_cfg, self.optim_cfg, self.task_info, self.eval_cfg = model_cfg, optim_cfg, task_info, eval_cfg
+        self.run_seed = run_seed
         self.model = self.build_model()
         if optim_cfg.get("freeze_embeddings"):
             freeze_embeddings(self.model)
         self._tokens_seen = 0
         self._update_count: torch.Tensor | None = None  # loss count of the update so far (``loss_count``)
         self.eval_split_names: list[str] = list(task_info.get("eval_splits", {"test": "test"}))
-        # Set by build_module from the task (plain callables and strings, not hyperparameters): whole-split
-        # scoring of outputs (BLEU, ROUGE, MCC, bAbI failed tasks, ...) against ``references[split]``.
-        self.text_scorer = None
-        self.detokenize = None
-        self.references: dict[str, list] = {}
+        self.text_scorer, self.detokenize, self.references = text_scorer, detokenize, references or {}
+        self.fused_optimizer, self.nonfinite_guard = fused_optimizer, nonfinite_guard
         self._hypotheses: dict[int, list[tuple[int, Any]]] = {}
         # After testing: {eval prefix: {example index: output}} of every rank, for the outputs files.
         self.test_outputs: dict[str, dict[int, Any]] = {}
@@ -124,8 +134,8 @@ class TaskModule(L.LightningModule):
 
     def training_step(self, batch, batch_idx):
         total, loss, aux, tokens = self.total_loss(batch)
-        # Checked before backward so a NaN/Inf never reaches the weights (run.py attaches the guard).
-        guard = getattr(self, "nonfinite_guard", None)
+        # Checked before backward so a NaN/Inf never reaches the weights (run.py passes the guard).
+        guard = self.nonfinite_guard
         terms = {"nll": loss, **{k[5:]: v for k, v in aux.items() if k.startswith("loss/")}}
         if guard is not None and not guard.check(self, total, {"loss": total, **terms}):
             return None  # nan_policy=skip: no backward, no update for this batch
@@ -197,8 +207,6 @@ class TaskModule(L.LightningModule):
             self.log("train/grad_norm", norm.detach().float(), on_step=True, on_epoch=False)
 
     def configure_optimizers(self):
-        from hydra.utils import instantiate
-
         o = self.optim_cfg
         decay, no_decay = [], []
         for name, p in self.named_parameters():
@@ -210,7 +218,7 @@ class TaskModule(L.LightningModule):
         else:
             cls = {"adam": torch.optim.Adam, "adamw": torch.optim.AdamW}[o["optimizer"]]
             # fused: one kernel for every parameter (hardware.fused_optimizer; training/acceleration.py)
-            fused = {"fused": True} if getattr(self, "fused_optimizer", False) else {}
+            fused = {"fused": True} if self.fused_optimizer else {}
             optimizer = cls(groups, lr=o["lr"], betas=tuple(o["betas"]), eps=o["eps"], **fused)
         trainer = self._trainer  # None outside a Trainer (benchmarks, tools); the property would raise
         total = trainer.max_steps if trainer is not None and trainer.max_steps > 0 else 100_000
@@ -331,11 +339,12 @@ class Seq2SeqModule(TaskModule):
         self.val_acc = SequenceAccuracy(eos, pad)
         self.test_acc = torch.nn.ModuleList(SequenceAccuracy(eos, pad) for _ in self.eval_split_names)
         self.val_ppl = Perplexity()
+        self._val_outputs: list[tuple[int, Any]] = []  # (reference index, decoded text) of this validation
 
     def build_model(self):
         t = self.task_info
         return EncoderDecoder(self.model_cfg, src_vocab=t["src_vocab_size"], tgt_vocab=t["vocab_size"],
-                              pad_id=t["pad_id"], max_len=self.model_cfg["max_len"])
+                              pad_id=t["pad_id"], max_len=self.model_cfg["max_len"], run_seed=self.run_seed)
 
     def compute_loss(self, batch):
         logits, aux = self.network(batch["src"], batch["tgt_in"], padded=batch.get(PADDED))
@@ -369,7 +378,7 @@ class Seq2SeqModule(TaskModule):
                                              [self.detokenize(row) for row in predictions.tolist()]))
 
     def on_validation_epoch_start(self):
-        self._val_outputs: list[tuple[int, Any]] = []
+        self._val_outputs = []
 
     def on_validation_epoch_end(self):
         ppl = self.val_ppl.compute()
@@ -380,7 +389,7 @@ class Seq2SeqModule(TaskModule):
             for key, value in self.val_acc.compute().items():
                 self.log(f"val/{key}", value.float(), prog_bar=key == "seq_acc")
             self.val_acc.reset()
-            outputs, self._val_outputs = getattr(self, "_val_outputs", []), []
+            outputs, self._val_outputs = self._val_outputs, []
             if self.text_scorer is not None and "val" in self.references:  # every rank: scoring gathers
                 for key, value in self._score_outputs(outputs, "val").items():
                     self.log(f"val/{key}", float(value), sync_dist=False, prog_bar=key == "bleu")
@@ -421,7 +430,8 @@ class LMModule(TaskModule):
 
     def build_model(self):
         t = self.task_info
-        return DecoderLM(self.model_cfg, vocab=t["vocab_size"], pad_id=t["pad_id"], max_len=self.model_cfg["max_len"])
+        return DecoderLM(self.model_cfg, vocab=t["vocab_size"], pad_id=t["pad_id"], max_len=self.model_cfg["max_len"],
+                         run_seed=self.run_seed)
 
     def compute_loss(self, batch):
         logits, aux = self.network(batch["ids"], padded=batch.get(PADDED))
@@ -492,8 +502,6 @@ class ClassificationModule(TaskModule):
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
-        from torchmetrics.classification import MulticlassAccuracy
-
         n = self.task_info["num_classes"]
         self.val_acc = MulticlassAccuracy(num_classes=n, average="micro")
         self.test_acc = torch.nn.ModuleList(MulticlassAccuracy(num_classes=n, average="micro")
@@ -503,7 +511,8 @@ class ClassificationModule(TaskModule):
     def build_model(self):
         t = self.task_info
         return EncoderClassifier(self.model_cfg, vocab=t["vocab_size"], pad_id=t["pad_id"],
-                                 max_len=self.model_cfg["max_len"], num_classes=t["num_classes"])
+                                 max_len=self.model_cfg["max_len"], num_classes=t["num_classes"],
+                                 run_seed=self.run_seed)
 
     def compute_loss(self, batch):
         logits, aux = self.network(batch["ids"], padded=batch.get(PADDED))
@@ -560,7 +569,7 @@ class RegressionModule(TaskModule):
     def build_model(self):
         t = self.task_info
         return EncoderClassifier(self.model_cfg, vocab=t["vocab_size"], pad_id=t["pad_id"],
-                                 max_len=self.model_cfg["max_len"], num_classes=1)
+                                 max_len=self.model_cfg["max_len"], num_classes=1, run_seed=self.run_seed)
 
     def _predict(self, batch):
         out, aux = self.network(batch["ids"], padded=batch.get(PADDED))
@@ -613,7 +622,8 @@ class MaskedLMModule(TaskModule):
 
     def build_model(self):
         t = self.task_info
-        return EncoderMLM(self.model_cfg, vocab=t["vocab_size"], pad_id=t["pad_id"], max_len=self.model_cfg["max_len"])
+        return EncoderMLM(self.model_cfg, vocab=t["vocab_size"], pad_id=t["pad_id"], max_len=self.model_cfg["max_len"],
+                         run_seed=self.run_seed)
 
     def _logits(self, batch):
         logits, aux = self.network(batch["ids"], batch["scored"], padded=batch.get(PADDED))

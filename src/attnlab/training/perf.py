@@ -20,10 +20,16 @@ Model FLOPs utilisation (MFU) = model FLOPs per token x tokens per second / peak
 
 from __future__ import annotations
 
+import contextlib
 import time
 from typing import Any
 
 import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.utils.flop_counter import FlopCounterMode
+
+from attnlab.attention import countable_kernels
+from attnlab.models.recompute import layers_kept
 
 # Dense peak FLOP/s by (device-name substring, dtype). Datasheet numbers without sparsity; "fp32" is plain
 # FP32 (no TF32). Matching is by case-insensitive substring of torch.cuda.get_device_name(); first match.
@@ -93,8 +99,6 @@ def measure_matmul_peak(
 
 def count_flops(fn, *args, **kwargs) -> tuple[int, Any]:
     """FLOPs of ``fn(*args, **kwargs)`` (run once) as counted by FlopCounterMode, and its result."""
-    from torch.utils.flop_counter import FlopCounterMode
-
     with FlopCounterMode(display=False) as counter:
         result = fn(*args, **kwargs)
     return int(counter.get_total_flops()), result
@@ -105,13 +109,6 @@ def count_training_flops(module, batch, forward_context=None) -> tuple[int, int]
     with the reference attention kernels and in ``forward_context`` (the run's autocast), without changing
     the run: the random state is forked (dropout, ACT, BigBird's resampling draw the same numbers after),
     and every parameter's gradient is put back as it was."""
-    import contextlib
-
-    from torch.utils.flop_counter import FlopCounterMode
-
-    from attnlab.attention import countable_kernels
-    from attnlab.models.recompute import layers_kept
-
     params = [p for p in module.parameters() if p.requires_grad]
     saved = [p.grad for p in params]
     for p in params:
@@ -119,8 +116,6 @@ def count_training_flops(module, batch, forward_context=None) -> tuple[int, int]
     cuda = [module.device] if module.device.type == "cuda" else []
     # torch's counter has no formula for the fused CPU attention kernel and would count its L x L products as
     # zero; the math backend runs them as counted matmuls (CUDA's flash / efficient kernels have formulas)
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-
     backend = sdpa_kernel([SDPBackend.MATH]) if module.device.type == "cpu" else contextlib.nullcontext()
     try:
         with torch.random.fork_rng(devices=cuda), countable_kernels(module), layers_kept(module), backend, \
@@ -225,8 +220,6 @@ class MFUCallback(Callback):
                     self.flops_per_token = flops / tokens
                 self._skip_timing = True  # the counting pass and this step's start are not one step's time
                 return
-            from torch.utils.flop_counter import FlopCounterMode
-
             self._counter = FlopCounterMode(display=False)
             self._counter.__enter__()
             return

@@ -25,6 +25,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 import attnlab
+from attnlab.results.lookup import find_completed, search_roots, skip_existing_requested
 from attnlab.results.record import (
     CHECKPOINTS_DIR,
     RECORD_FILENAME,
@@ -33,6 +34,7 @@ from attnlab.results.record import (
     Extra,
     Metrics,
     ParamCount,
+    read_record,
     record_header,
     write_record,
 )
@@ -41,8 +43,11 @@ from attnlab.training.build import run_flavours
 from attnlab.training.callbacks import BestMetrics, RunCost, Throughput
 from attnlab.training.checkpointing import Preempted, checkpoint_step, find_resume_checkpoint
 from attnlab.training.config_hash import asked_config_hash
+from attnlab.training.data import example_length
 from attnlab.training.modules import TaskModule, count_parameters
 from attnlab.training.nonfinite_guard import NonFiniteGuard
+from attnlab.training.perf import MFUCallback, mfu
+from attnlab.training.sparsity import coverage_summary, dense_coverage, sparse_modules
 from attnlab.training.stop_signals import Interrupted, StoppedBySignal, signals_deferred
 from attnlab.training.storage import StorageError, storage_failure
 
@@ -88,16 +93,12 @@ def collect_metrics(trainer: L.Trainer) -> dict[str, float | None]:
 def mfu_summary(callbacks: list) -> dict[str, Any]:
     """The MFU callback's run summary (``mfu``, ``flops_per_token``, ``peak_flops``, ``peak_source``), or
     ``mfu: None`` when ``callbacks.mfu`` is off."""
-    from attnlab.training.perf import MFUCallback
-
     found = next((c for c in callbacks if isinstance(c, MFUCallback)), None)
     return found.summary() if found is not None else {"mfu": None}
 
 
-def _steady(throughput, callbacks: list, world_size: int) -> dict[str, Any]:
+def steady_summary(throughput, callbacks: list, world_size: int) -> dict[str, Any]:
     """The steady-state figures (``Throughput.steady_state``) and the MFU at that speed (per device)."""
-    from attnlab.training.perf import mfu
-
     steady = throughput.steady_state(world_size)
     summary = mfu_summary(callbacks)
     tps = steady["steady_tokens_per_s"]
@@ -110,7 +111,7 @@ def peak_memory_mb(device: torch.device | None = None) -> float | None:
     if torch.cuda.is_available() and device is not None and device.type == "cuda":
         return torch.cuda.max_memory_allocated(device) / 2**20
     try:
-        import resource
+        import resource  # Unix only: elsewhere the peak is unknown
 
         rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         return rss / 1024 if sys.platform != "darwin" else rss / 2**20
@@ -142,13 +143,13 @@ def run_record(cfg: DictConfig, run_dir: Path, command: str, trainer: L.Trainer,
                   startup_s=round(throughput.first_batch_at - started.wall, 2) if throughput.first_batch_at else None,
                   # callbacks.mfu: against the matmul peak measured in the same process on CPU (the datasheet
                   # peak on listed GPUs); see training/perf.py
-                  **mfu_summary(callbacks), **_steady(throughput, callbacks, trainer.world_size)),
+                  **mfu_summary(callbacks), **steady_summary(throughput, callbacks, trainer.world_size)),
         metric_flavours={**run_flavours(cfg, task), **(flavours or {})},
         wandb_run_id=wandb_id,
         versions={"python": platform.python_version(), "torch": torch.__version__, "lightning": L.__version__,
                   "attnlab": attnlab.__version__},
         extra=Extra(debug=cfg.get("debug_mode"), skipped_batches=guard.skipped, **_attention_coverage(module, task),
-                    **_attention_kernels(module), **extra),
+                    **attention_kernels(module), **extra),
     )
 
 
@@ -167,7 +168,7 @@ def config_value(cfg: DictConfig):
     return value
 
 
-def _attention_kernels(module: TaskModule) -> dict[str, Any]:
+def attention_kernels(module: TaskModule) -> dict[str, Any]:
     """``attention_kernels``: the kernels that served the attention modules that can choose one (BigBird's
     ``impl``: triton, flex, blocked, reference, or dense under its fallback rule), as they ran in this process
     (``impl=auto`` decides at the run's shapes); nothing where no module chooses."""
@@ -178,9 +179,6 @@ def _attention_kernels(module: TaskModule) -> dict[str, Any]:
 def _attention_coverage(module: TaskModule, task: TaskData) -> dict[str, Any]:
     """``attention_coverage``: the sparse attention's attended fraction over the test split's lengths
     (training/sparsity.py); 1.0 for a bidirectional encoder's dense attention; nothing for other dense models."""
-    from attnlab.training.data import example_length
-    from attnlab.training.sparsity import coverage_summary, dense_coverage, sparse_modules
-
     test = task.datasets.get(next(iter(task.eval_splits.values()), "test"))
     if test is None:
         return {}
@@ -284,9 +282,6 @@ def write_config_record(cfg: DictConfig, run_dir: str | os.PathLike, command: st
 def completed_twin(cfg: DictConfig) -> dict[str, Any] | None:
     """With ATTNLAB_SKIP_EXISTING=1 (``make reproduce-*`` sets it): the record of a completed run of the
     same config hash under ``paths.runs_dir``, so a re-run of a table trains only what is missing."""
-    from attnlab.results.lookup import find_completed, search_roots, skip_existing_requested
-    from attnlab.results.record import read_record
-
     if not skip_existing_requested():
         return None
     # runs/ and the published results/runs: a clean clone skips what is committed.

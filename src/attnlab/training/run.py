@@ -3,9 +3,10 @@ the record.
 
 ``run`` tells that story; each step is done in the module that owns it: ``build.py`` (data, module, batching),
 ``describe.py`` (the first lines of ``train.log``), ``checkpoint_choice.py`` (which checkpoint a run starts from and
-which weights it tests), ``loggers_callbacks.py``, ``checkpointing.py``, ``nonfinite_guard.py``, ``stop_signals.py``
-and ``record_writers.py`` (the run record and its writers). ``cli/train.py`` is the Hydra entry point over ``run``.
-Import a builder or a record writer from the module that owns it; this one re-exports nothing.
+which weights it tests), ``loggers.py`` and ``callbacks.py`` (what the trainer gets), ``checkpointing.py``,
+``nonfinite_guard.py``, ``stop_signals.py`` and ``record_writers.py`` (the run record and its writers).
+``cli/train.py`` is the Hydra entry point over ``run``. Import a builder or a record writer from the module that
+owns it; this one re-exports nothing.
 """
 
 from __future__ import annotations
@@ -23,6 +24,10 @@ from typing import Any
 
 import lightning as L
 import torch
+from lightning.pytorch.callbacks import Checkpoint
+from lightning.pytorch.plugins.environments import SLURMEnvironment, TorchElasticEnvironment
+from lightning.pytorch.strategies import DDPStrategy
+from lightning.pytorch.utilities.exceptions import SIGTERMException
 from omegaconf import DictConfig
 
 from attnlab.results.record import CHECKPOINTS_DIR, OUTPUTS_DIR, RECORD_FILENAME, write_record
@@ -34,7 +39,7 @@ from attnlab.training.build import (
     check_splits_not_empty,
     derive_batching,
 )
-from attnlab.training.callbacks import RunCost
+from attnlab.training.callbacks import RunCost, build_callbacks, build_nonfinite_guard
 from attnlab.training.checkpoint_choice import load_test_weights, select_checkpoint
 from attnlab.training.checkpointing import (
     AtomicCheckpointIO,
@@ -50,8 +55,9 @@ from attnlab.training.checkpointing import (
 from attnlab.training.config import validate
 from attnlab.training.config_hash import asked_config_hash
 from attnlab.training.describe import describe_build, describe_config
-from attnlab.training.loggers_callbacks import build_callbacks, build_loggers
-from attnlab.training.nonfinite_guard import NonFiniteGuard
+from attnlab.training.launch import launched_by
+from attnlab.training.loggers import build_loggers
+from attnlab.training.outputs import write_decoded_outputs
 from attnlab.training.record_writers import (
     RunClock,
     completed_twin,
@@ -70,17 +76,10 @@ log = logging.getLogger("attnlab")
 
 def build_trainer(cfg: DictConfig, run_dir: Path, *, callbacks: list, loggers: list,
                   max_len: int | None = None) -> L.Trainer:
-    from lightning.pytorch.callbacks import Checkpoint
-    from lightning.pytorch.plugins.environments import SLURMEnvironment, TorchElasticEnvironment
-
-    from attnlab.training.launch import launched_by
-
     t, hw = cfg.trainer, cfg.hardware
     _, accumulate = derive_batching(cfg, max_len=max_len)
     strategy = hw.strategy
     if strategy == "ddp" and hw.accelerator == "cpu":
-        from lightning.pytorch.strategies import DDPStrategy
-
         strategy = DDPStrategy(process_group_backend="gloo", start_method="popen")
     plugins: list = [AtomicCheckpointIO()]
     launcher = launched_by()
@@ -196,7 +195,8 @@ def _prepare(cfg: DictConfig, run_dir: Path, signals: RunSignals, started: RunCl
     describe_config(cfg, run_dir)
     task = build_task_data(cfg)
     check_splits_not_empty(task)
-    module = build_module(cfg, task)
+    guard = build_nonfinite_guard(cfg)
+    module = build_module(cfg, task, nonfinite_guard=guard)
     describe_build(cfg, task, module)
     resume = select_checkpoint(cfg, run_dir)
     resume_path, resume_ckpt = resume if resume else (None, None)
@@ -208,7 +208,7 @@ def _prepare(cfg: DictConfig, run_dir: Path, signals: RunSignals, started: RunCl
         init_weights_from(module, cfg.init_from)
         log.info("initialised weights from %s (optimizer, schedule and counters start afresh)",
                  cfg.init_from)
-    callbacks = [*build_callbacks(cfg, run_dir), RunCost(started.wall, started.cpu)]
+    callbacks = [*build_callbacks(cfg, run_dir, nonfinite_guard=guard), RunCost(started.wall, started.cpu)]
     last = next((c for c in callbacks if isinstance(c, LastCheckpoint)), None)
     if last is not None:  # last + top-k + one being written
         kept = 2 + int(cfg.callbacks.checkpoint.save_top_k or 0)
@@ -219,7 +219,6 @@ def _prepare(cfg: DictConfig, run_dir: Path, signals: RunSignals, started: RunCl
     if last is not None:
         last.wandb_run_id = wandb_id
         last.run_signals = signals
-    module.nonfinite_guard = next(c for c in callbacks if isinstance(c, NonFiniteGuard))
     datamodule = build_datamodule(cfg, task)
     loggers = build_loggers(cfg, run_dir, resume_ckpt=resume_ckpt, wandb_id=wandb_id)
     del resume_ckpt  # Lightning reads the file again; do not hold two copies of the weights
@@ -234,8 +233,8 @@ def _prepare(cfg: DictConfig, run_dir: Path, signals: RunSignals, started: RunCl
 
 def _fit_and_test(cfg: DictConfig, run_dir: Path, command: str | None, started: RunClock, asked_hash: str | None,
                   signals: RunSignals, prepared: _Prepared) -> dict[str, Any]:
-    """Fit, then test the weights ``resume.load_test_weights`` picks; what was tested. A stop on the way writes
-    the interrupted record and raises."""
+    """Fit, then test the weights ``checkpoint_choice.load_test_weights`` picks; what was tested. A stop on the way
+    writes the interrupted record and raises."""
     task, module, callbacks, last = prepared.task, prepared.module, prepared.callbacks, prepared.last
     trainer, datamodule, resume_path = prepared.trainer, prepared.datamodule, prepared.resume_path
     try:
@@ -253,8 +252,6 @@ def _fit_and_test(cfg: DictConfig, run_dir: Path, command: str | None, started: 
         write_interrupted_record(cfg, run_dir, command, trainer, module, callbacks, task, started, exc, asked_hash)
         raise
     except (SystemExit, KeyboardInterrupt) as exc:
-        from lightning.pytorch.utilities.exceptions import SIGTERMException
-
         # Ctrl-C: Lightning shuts down and calls exit(1); a second Ctrl-C during that shutdown arrives here as
         # KeyboardInterrupt. Either way the run stops, and its record says so.
         if isinstance(exc, KeyboardInterrupt) or (trainer.interrupted and not isinstance(exc, SIGTERMException)):
@@ -290,8 +287,6 @@ def _record_completed(cfg: DictConfig, run_dir: Path, command: str | None, start
                      status="completed", config_hash=asked_hash, flavours={"test_weights": flavour},
                      test_checkpoint=tested, **resumed)
     if trainer.is_global_zero:
-        from attnlab.training.outputs import write_decoded_outputs
-
         with storage_errors(run_dir), signals_deferred():
             write_decoded_outputs(run_dir / OUTPUTS_DIR, module.test_outputs, task)  # before the record: complete
             write_record(run_dir / RECORD_FILENAME, record)

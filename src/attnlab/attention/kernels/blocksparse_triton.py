@@ -34,6 +34,7 @@ import os
 from dataclasses import dataclass
 
 import torch
+from torch.utils.flop_counter import register_flop_formula
 
 from attnlab.attention.kernels.blocksparse_reference import BlockSparsePlan, check_plan_shape
 
@@ -196,7 +197,7 @@ def lengths_from_padding(key_padding_mask: torch.Tensor | None, batch: int, leng
 
 
 def _kernels():
-    from attnlab.attention.kernels import _blocksparse_triton_jit
+    from attnlab.attention.kernels import _blocksparse_triton_jit  # imports triton: only where a kernel launches
 
     return _blocksparse_triton_jit
 
@@ -354,8 +355,6 @@ def _register_flops() -> None:
     """Model FLOPs of the kernels for ``FlopCounterMode`` (MFU): 2 matmuls of block x block x D per tile in
     the forward (QK^T and PV), 5 in the backward (as torch counts SDPA's backward: the scores recomputed,
     dV, dP, dQ, dK), over the plan's tiles of every sequence."""
-    from torch.utils.flop_counter import register_flop_formula
-
     def tile_flops(q_shape, block, tile_pairs, matmuls):  # tile_pairs: per sequence, over every head
         batch, _, _, head_dim = q_shape
         return matmuls * 2 * batch * tile_pairs * block * block * head_dim

@@ -14,8 +14,8 @@ from attnlab.results.claims import (
     PREREGISTERED_RULE,
     RULE,
     ClaimResult,
+    claims_of,
     counted,
-    evaluate_claims,
     fmt_estimate,
     fmt_interval,
     rule_text,
@@ -70,7 +70,7 @@ def multiplicity(results: Sequence[ClaimResult]) -> str:
 
 def claims_section(built: BuiltTable) -> list[str]:
     """Markdown lines of a table's claims (empty when its spec has none)."""
-    results = evaluate_claims(built)
+    results = claims_of(built)
     if not results:
         return []
     return ["## Claims", "", rule_text(built.spec), "", *_claims_table(built, results)]
@@ -90,7 +90,7 @@ def _claims_table(built: BuiltTable, results: Sequence[ClaimResult]) -> list[str
 
 def render_claims_overview(built_tables: Sequence[BuiltTable]) -> str:
     """results/CLAIMS.md: every claim of every table, its result, and where the numbers are."""
-    per_table = [(b, evaluate_claims(b)) for b in built_tables]
+    per_table = [(b, claims_of(b)) for b in built_tables]
 
     def tally(kind: str) -> str:
         counts = Counter(r.status for b, results in per_table if b.spec.kind == kind for r in counted(results))
@@ -134,7 +134,7 @@ def render_paper_claims(built_tables: Sequence[BuiltTable], paper: str) -> str:
     """The "what held" block of one paper's README (``paper``: a spec's ``claims_group``, ``probes`` for the
     probes' README): every claim of its tables in one table, the counts, and the compute behind them (the wall
     time of the runs the numbers come from)."""
-    per_table = [(b, evaluate_claims(b)) for b in built_tables if b.spec.claims_group == paper]
+    per_table = [(b, claims_of(b)) for b in built_tables if b.spec.claims_group == paper]
     results = [(b, r) for b, rs in per_table for r in rs]
     counts = Counter(r.status for _, r in results if r.spec.counted_in is None)
     runs = [rec for b, _ in per_table for row in b.rows for rec in row.used]

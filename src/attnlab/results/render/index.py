@@ -12,7 +12,7 @@ from collections import Counter
 from collections.abc import Sequence
 
 from attnlab.results.build import BuiltTable
-from attnlab.results.claims import HELD, INCONCLUSIVE, NOT_HELD, NOT_RUN, ClaimResult, counted, evaluate_claims
+from attnlab.results.claims import HELD, INCONCLUSIVE, NOT_HELD, NOT_RUN, ClaimResult, claims_of, counted
 from attnlab.results.render.claims import multiplicity
 from attnlab.results.render.common import md_escape, total_wall_s
 
@@ -96,7 +96,7 @@ def render_results_index(built_tables: Sequence[BuiltTable]) -> str:
             with_runs = sum(1 for row in built.rows if row.used)
             tables_with_runs += bool(with_runs)
             distinct_runs.update(rec.path for row in built.rows for rec in row.used)
-            results = evaluate_claims(built)
+            results = claims_of(built)
             every_result += counted(results)
             claims, counts = _claims(results)
             if built.spec.kind == "probe":

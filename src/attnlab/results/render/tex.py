@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from attnlab.results.build import BuiltTable
-from attnlab.results.claims import evaluate_claims
+from attnlab.results.claims import claims_of
 from attnlab.results.render.common import header_and_rows, source_lines, visible_controls
 
 _TEX = {
@@ -39,7 +39,7 @@ def render_tex(built: BuiltTable) -> str:
     lines += ["\\bottomrule", "\\end{tabular}"]
     for note in built.footnotes:
         lines.append(f"\\par\\footnotesize {tex_escape(note)}")
-    for claim in evaluate_claims(built):
+    for claim in claims_of(built):
         shown = f"Claim: {claim.spec.claim} -- {claim.status}" + (f" ({claim.reason})" if claim.reason else "")
         lines.append(f"\\par\\footnotesize {tex_escape(shown)}")
     lines.append("\\end{table}")
