@@ -32,7 +32,7 @@ from attnlab.training.checkpointing import (
     model_weights,
 )
 
-# ModelCheckpoint's file names (training/loggers_callbacks.py: filename="step{step:07d}")
+# ModelCheckpoint's file names (training/callbacks.build_callbacks: filename="step{step:07d}")
 STEP_FILE = re.compile(r"step(\d+)\.ckpt")
 
 
@@ -61,15 +61,11 @@ def average_weights(states: Sequence[Mapping[str, torch.Tensor]], names: Sequenc
                                      f"{_describe(value)} in {names[0]}")
     averaged = {}
     for key, value in first.items():
-        if value.is_floating_point():
-            acc_dtype = torch.float64 if value.dtype == torch.float64 else torch.float32
-            total = sum((s[key].detach().to("cpu", acc_dtype) for s in states[1:]),
-                        value.detach().to("cpu", acc_dtype).clone())
-            averaged[key] = (total / n).to(value.dtype)
-        else:
-            total = sum((s[key].detach().to("cpu", torch.int64) for s in states[1:]),
-                        value.detach().to("cpu", torch.int64).clone())
-            averaged[key] = torch.div(total, n, rounding_mode="floor").to(value.dtype)
+        floating = value.is_floating_point()
+        acc_dtype = (torch.float64 if value.dtype == torch.float64 else torch.float32) if floating else torch.int64
+        total = sum((s[key].detach().to("cpu", acc_dtype) for s in states[1:]), value.detach().to("cpu", acc_dtype))
+        mean = total / n if floating else torch.div(total, n, rounding_mode="floor")
+        averaged[key] = mean.to(value.dtype)
     return averaged
 
 
