@@ -29,6 +29,8 @@ TABLES = {
     "ut/table5": "table5_lte_memorization",
     "synthesizer/fixed_table2": "table2",  # pre-registered fixed-n test of Table 2 LM (D+V vs Transformer)
     "ut/fixed_table5": "table5_lte_memorization",  # pre-registered fixed-n replication of Table 5 reverse
+    "ut/fixed_table4": "table4_algorithmic",  # pre-registered fixed-n rerun of Table 4 copy/reverse (test_ood)
+    "ut/fixed_table6": "table6_lte_program",  # pre-registered reduced Table 6 addition
     "ut/table6": "table6_lte_program",
     "ut/table7": "table7_wmt14_ende",
     "qknorm/table1": "table_main_bleu",

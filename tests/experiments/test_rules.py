@@ -94,6 +94,10 @@ RULES: dict[str, Rule] = {
     "ut/table5": Rule(group_by="task.variant", may_differ=("model.name", "model.recurrence", "model.recurrence.*")),
     "ut/fixed_table5": Rule(group_by="task.variant",
                             may_differ=("model.name", "model.recurrence", "model.recurrence.*")),
+    "ut/fixed_table4": Rule(group_by="task.name",
+                            may_differ=("model.name", "model.recurrence", "model.recurrence.*")),
+    "ut/fixed_table6": Rule(group_by="task.variant",
+                            may_differ=("model.name", "model.recurrence", "model.recurrence.*")),
     "ut/table6": Rule(group_by="task.variant", may_differ=("model.name", "model.recurrence", "model.recurrence.*")),
     # UT Table 3 (LAMBADA): T2T transformer_base vs universal_transformer_base (fixed 6/8/9 steps, ACT): sizes,
     # dropout and T2T's width-scaled learning rate follow the model; no equal-size claim in the paper.
