@@ -47,10 +47,17 @@ QKNORM_PAIR_RULE = Rule(
     size_scales=("cpu",),
 )
 
+# UT rows (Transformer, UT, UT + ACT of one size): only the recurrence and the model preset's name change; the
+# UT shares one layer, so it is smaller by design. Per task (Table 4, the probes) or per task variant (bAbI's
+# columns, Learning to Execute); a pre-registered fixed-n table keeps the rule of the table it reruns.
+UT_RECURRENCE_ONLY = ("model.name", "model.recurrence", "model.recurrence.*")
+UT_PER_TASK_RULE = Rule(group_by="task.name", may_differ=UT_RECURRENCE_ONLY)
+UT_PER_VARIANT_RULE = Rule(group_by="task.variant", may_differ=UT_RECURRENCE_ONLY)
+
 RULES: dict[str, Rule] = {
     # The UT paper compares a Transformer and a UT of the same layer size on each task (T2T transformer_tiny
     # vs universal_transformer_tiny); the UT shares one layer, so its parameter count is smaller by design.
-    "ut/table4": Rule(group_by="task.name", may_differ=("model.name", "model.recurrence", "model.recurrence.*")),
+    "ut/table4": UT_PER_TASK_RULE,
     # LRA apples-to-apples: same hyperparameters, only the attention changes; parameters within 10%.
     "lra/table1": Rule(
         group_by="task.name",
@@ -69,7 +76,7 @@ RULES: dict[str, Rule] = {
     # Transformer and could not test the paper's equal-size claim.
     "ut/table7": Rule(
         group_by="task.name",
-        may_differ=("model.name", "model.recurrence", "model.recurrence.*", "model.d_model", "model.num_heads",
+        may_differ=(*UT_RECURRENCE_ONLY, "model.d_model", "model.num_heads",
                     "model.d_ff", "model.dropout", "model.encoder_layers", "model.decoder_layers", "optim.lr"),
         params_within=0.10,
         reference="transformer_base",
@@ -89,21 +96,18 @@ RULES: dict[str, Rule] = {
     # UT Table 1 (bAbI, per column 10k / 1k joint): Transformer, UT and UT+ACT of T2T's tiny size share everything
     # but the recurrence (and the model preset's name); the UT shares one layer, so it is smaller by design. The
     # columns train on different data (en-10k / en) at every scale.
-    "ut/table1": Rule(group_by="task.variant", may_differ=("model.name", "model.recurrence", "model.recurrence.*")),
+    "ut/table1": UT_PER_VARIANT_RULE,
     # UT Tables 5-6 (Learning to Execute, per task variant): Table 4's tiny Transformer vs UT, only the recurrence.
-    "ut/table5": Rule(group_by="task.variant", may_differ=("model.name", "model.recurrence", "model.recurrence.*")),
-    "ut/fixed_table5": Rule(group_by="task.variant",
-                            may_differ=("model.name", "model.recurrence", "model.recurrence.*")),
-    "ut/fixed_table4": Rule(group_by="task.name",
-                            may_differ=("model.name", "model.recurrence", "model.recurrence.*")),
-    "ut/fixed_table6": Rule(group_by="task.variant",
-                            may_differ=("model.name", "model.recurrence", "model.recurrence.*")),
-    "ut/table6": Rule(group_by="task.variant", may_differ=("model.name", "model.recurrence", "model.recurrence.*")),
+    "ut/table5": UT_PER_VARIANT_RULE,
+    "ut/fixed_table5": UT_PER_VARIANT_RULE,
+    "ut/fixed_table4": UT_PER_TASK_RULE,
+    "ut/fixed_table6": UT_PER_VARIANT_RULE,
+    "ut/table6": UT_PER_VARIANT_RULE,
     # UT Table 3 (LAMBADA): T2T transformer_base vs universal_transformer_base (fixed 6/8/9 steps, ACT): sizes,
     # dropout and T2T's width-scaled learning rate follow the model; no equal-size claim in the paper.
     "ut/table3": Rule(
         group_by="task.name",
-        may_differ=("model.name", "model.recurrence", "model.recurrence.*", "model.d_model", "model.num_heads",
+        may_differ=(*UT_RECURRENCE_ONLY, "model.d_model", "model.num_heads",
                     "model.d_ff", "model.dropout", "model.encoder_layers", "model.decoder_layers", "optim.lr"),
     ),
     "qknorm/table1": QKNORM_PAIR_RULE,
@@ -126,11 +130,11 @@ RULES: dict[str, Rule] = {
     # QKNorm: a learning-rate sweep, so the rate differs too; QKNorm adds one scalar g per attention module.
     "probes/qknorm": Rule(group_by="task.name", may_differ=("model.attention", "model.attention.*", "optim.lr")),
     # The UT shares one layer (smaller by design) and adds its own coordinate embedding; ACT adds a halting unit.
-    "probes/ut": Rule(group_by="task.name", may_differ=("model.name", "model.recurrence", "model.recurrence.*")),
+    "probes/ut": UT_PER_TASK_RULE,
     # The redesigned probes (issue 53): BigBird's rows at 2 and at 4 layers; UT's rows as probes/ut.
     "probes/bigbird2": Rule(group_by="task.name",
                             may_differ=("model.attention", "model.attention.*", "model.encoder_layers")),
-    "probes/ut2": Rule(group_by="task.name", may_differ=("model.name", "model.recurrence", "model.recurrence.*")),
+    "probes/ut2": UT_PER_TASK_RULE,
 }
 
 
