@@ -210,3 +210,31 @@ def test_a_compiled_run_trains_as_the_eager_one(tmp_path):
     for key in eager:
         if not key.endswith("k_proj.bias"):
             torch.testing.assert_close(compiled[key], eager[key], rtol=1e-4, atol=1e-5, msg=key)
+
+
+@pytest.mark.parametrize("hold", [0, 2])
+def test_a_held_halting_unit_gets_no_update_until_its_hold_ends(hold):
+    """``model.recurrence.halting_hold_updates``: the training module drops the halting unit's gradients at
+    updates 0..hold-1, so AdamW (which skips a parameter without a gradient, weight decay included) leaves W and b
+    exactly as initialised, while every other parameter learns; from update ``hold`` on, they learn too. Fails if
+    the hold is ignored, never released, or drops the wrong parameters."""
+    from types import SimpleNamespace
+
+    module = build_module(compose(["experiment=probes/ut2/ut_act_deep",
+                                   f"+model.recurrence.halting_hold_updates={hold}"]))
+    halting = [p for name, p in module.model.named_parameters() if "halting_unit" in name]
+    others = [p for name, p in module.model.named_parameters() if "halting_unit" not in name]
+    assert len(halting) == 2
+    optimizer = torch.optim.AdamW(module.parameters(), lr=1e-2, weight_decay=0.1)
+    for update in range(hold + 1):
+        module._trainer = SimpleNamespace(global_step=update, loggers=[])
+        before_halting = [p.detach().clone() for p in halting]
+        before_others = [p.detach().clone() for p in others]
+        optimizer.zero_grad()
+        sum((p.square() + p).sum() for p in module.parameters()).backward()  # a gradient for every parameter
+        module.on_before_optimizer_step(optimizer)
+        optimizer.step()
+        moved = [not torch.equal(p, b) for p, b in zip(halting, before_halting)]
+        assert moved == [update >= hold] * 2, f"update {update} of a hold of {hold}"
+        assert all(not torch.equal(p, b) for p, b in zip(others, before_others))
+    module._trainer = None

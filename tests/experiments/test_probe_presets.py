@@ -81,19 +81,20 @@ def test_each_probe_has_a_make_target_with_five_seeds():
 
 def test_the_redesigned_depth_probe_has_hops_beyond_the_transformer_within_the_ut_and_no_backward_shortcut():
     """issue 53: probes/ut's 4-layer Transformer answered every 3-hop query, so the UT could not beat it. In
-    probes/ut2 the deepest answers exceed 2 x the Transformer's 2 layers (what lookups plus pointer doubling chain
-    is 3) and equal the UT's steps; on a cycle of n nodes, h ahead is n - h behind, so n > 2 x max_hops keeps every
-    answer h lookups deep. The deep-start ACT row follows its spec's rule: W = 0 and b0 = logit((1 - eps) / (M/2 -
-    1/2)), a constant p that halts at exactly M/2 steps, with M = 2 x the UT's steps."""
+    probes/ut2 the Transformer has one layer (one lookup: one hop), the UT the same layer applied more times than
+    the deepest query's hops, with no more parameters than the Transformer; on a cycle of n nodes, h ahead is n - h
+    behind, so n > 2 x max_hops keeps every answer h lookups deep. The deep-start ACT row follows its spec's rule:
+    W = 0 and b0 = logit((1 - eps) / (M/2 - 1/2)), a constant p that halts at exactly M/2 steps, with M = 2 x the
+    UT's steps, held for the first half of training."""
     import math
 
     from tests.conftest import compose
 
     cfgs = {e.rsplit("/", 1)[1]: compose([f"experiment={e}", "scale=cpu"]) for e in presets("probes/ut2")}
     task = cfgs["transformer"].task
-    assert (task.op, task.max_hops) == ("hops", 6) and task.num_keys > 2 * task.max_hops
-    assert cfgs["transformer"].model.encoder_layers == 2 and cfgs["transformer"].model.recurrence.name == "stacked"
-    assert cfgs["ut"].model.recurrence.num_steps == task.max_hops
+    assert (task.op, task.max_hops) == ("hops", 3) and task.num_keys > 2 * task.max_hops
+    assert cfgs["transformer"].model.encoder_layers == 1 and cfgs["transformer"].model.recurrence.name == "stacked"
+    assert cfgs["ut"].model.recurrence.num_steps > task.max_hops
     steps = cfgs["ut"].model.recurrence.num_steps
     for row in ("ut_act", "ut_act_deep"):
         assert cfgs[row].model.recurrence.act_max_steps == 2 * steps
@@ -103,5 +104,7 @@ def test_the_redesigned_depth_probe_has_hops_beyond_the_transformer_within_the_u
     assert deep.halting_weight_init == "zeros"
     assert deep.halting_bias_init == pytest.approx(math.log(p0 / (1 - p0)), abs=1e-3)
     assert (m / 2 - 1) * p0 <= 1 - eps < (m / 2) * p0
-    assert deep.act_loss_weight == 0.001  # the paper's ablation value; the pilot may only set 0 (spec notes)
+    assert deep.halting_hold_updates == cfgs["ut_act_deep"].trainer.max_steps // 2
+    assert deep.act_loss_weight in (0.001, 0.01, 0.0)  # the paper's ablation value, or the pilot's fallback (notes)
     assert cfgs["ut_act"].model.recurrence.halting_bias_init == 1.0  # T2T's, as probes/ut's ACT row
+    assert "halting_hold_updates" not in cfgs["ut_act"].model.recurrence

@@ -80,6 +80,11 @@ class ACTOptions(_SharedLayerOptions):
     # p = sigmoid(halting_bias_init) at every position at initialisation and the bias alone sets the starting depth
     # (with the default W, W s shifts the starting depth by seed: from 2 to 12 steps at one bias, probes/ut2)
     halting_weight_init: str = "default"
+    # The halting unit (W, b) gets no update during the first N optimizer updates (its gradients are dropped, so
+    # neither Adam nor weight decay moves it): the shared layer learns to use the starting depth before halting may
+    # move it. Ours (probes/ut2): without it, a 6-step start collapsed to 1 step within the first updates, before
+    # anything beyond one hop was learned, and never came back (a halted step gets no gradient to become useful).
+    halting_hold_updates: int = 0
     halted_state: str = "copy"  # copy (paper) | transform (T2T)
 
     def __post_init__(self) -> None:
@@ -92,6 +97,10 @@ class ACTOptions(_SharedLayerOptions):
             raise ValueError(f"model.recurrence.act_epsilon={self.act_epsilon}; must lie in [0, 1]")
         if self.act_loss_weight < 0:
             raise ValueError(f"model.recurrence.act_loss_weight={self.act_loss_weight}; must be >= 0")
+        if self.halting_hold_updates < 0:
+            raise ValueError(
+                f"model.recurrence.halting_hold_updates={self.halting_hold_updates}; must be >= 0 (0: no hold)"
+            )
 
 
 class CoordinateEmbedding(nn.Module):
@@ -277,6 +286,12 @@ class _ACTStack(_UniversalStack):
         nn.init.constant_(self.halting_unit.bias, options.halting_bias_init)
         if options.halting_weight_init == "zeros":
             nn.init.zeros_(self.halting_unit.weight)
+        self.halting_hold_updates = options.halting_hold_updates
+
+    def held_parameters(self, update: int) -> list[nn.Parameter]:
+        """The parameters that must not change at optimizer update ``update`` (0-based): the halting unit's while
+        ``update < halting_hold_updates`` (the training module drops their gradients), else none."""
+        return list(self.halting_unit.parameters()) if update < self.halting_hold_updates else []
 
     def _any_running(self, halted: torch.Tensor) -> bool:
         running = (~halted).any()

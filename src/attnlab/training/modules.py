@@ -186,7 +186,10 @@ class TaskModule(L.LightningModule):
 
     def on_before_optimizer_step(self, optimizer) -> None:
         """Divide the summed gradients by the update's loss count over every rank (``loss_count``); then log
-        the global gradient 2-norm (before clipping, which Lightning runs after this hook) on logged steps."""
+        the global gradient 2-norm (before clipping, which Lightning runs after this hook) on logged steps.
+        Parameters a module holds at this update (``held_parameters``, e.g. ACT's halting unit during
+        ``halting_hold_updates``) lose their gradients first: the optimizer skips a parameter without one."""
+        self._drop_held_gradients()
         count, self._update_count = self._update_count, None
         if count is not None:
             if torch.distributed.is_available() and torch.distributed.is_initialized():
@@ -205,6 +208,14 @@ class TaskModule(L.LightningModule):
         if grads:
             norm = torch.nn.utils.get_total_norm(grads, norm_type=2.0)
             self.log("train/grad_norm", norm.detach().float(), on_step=True, on_epoch=False)
+
+    def _drop_held_gradients(self) -> None:
+        update = int(self.global_step) if self._trainer is not None else 0
+        for module in self.model.modules():
+            held = getattr(module, "held_parameters", None)
+            if callable(held):
+                for p in held(update):
+                    p.grad = None
 
     def configure_optimizers(self):
         o = self.optim_cfg
