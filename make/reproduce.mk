@@ -210,7 +210,7 @@ reproduce-probes-qknorm: $(STAMP) ## Probe: a learning-rate sweep (6 rates, 2 de
 	$(call reproduce,probes/qknorm)
 
 # The redesigned probes (issue 53), beside the published ones: fresh seeds 21-25 whatever SEEDS= says (the seeds of
-# probes/bigbird2_recall's `preregistered` block; probes/ut2_depth's once its pilot has sized it, LOG.md).
+# `preregistered` blocks of probes/bigbird2_recall and probes/ut2_depth).
 REDESIGNED_PROBE_TARGETS := reproduce-probes-bigbird2 reproduce-probes-ut2
 .PHONY: $(REDESIGNED_PROBE_TARGETS)
 
@@ -219,5 +219,5 @@ reproduce-probes-bigbird2: $(STAMP) ## Probe, redesigned: BigBird blocks on reca
 	$(call reproduce,probes/bigbird2)
 
 reproduce-probes-ut2: override SEEDS = 21,22,23,24,25
-reproduce-probes-ut2: $(STAMP) ## Probe, redesigned: a 2-layer Transformer, a 6-step UT and two UT + ACT rows on 1-6 hops
+reproduce-probes-ut2: $(STAMP) ## Probe, redesigned: a 1-layer Transformer, the same layer as a 4-step UT and two UT + ACT rows on 1-3 hops
 	$(call reproduce,probes/ut2)
