@@ -64,7 +64,7 @@ endef
 .PHONY: reproduce-ut-table4 reproduce-ut-table7 reproduce-lra-table1 reproduce-qknorm-table1 \
 	reproduce-synthesizer-table2 reproduce-synthesizer-table6 reproduce-synthesizer-table7 reproduce-list gpu-estimates \
 	reproduce-synthesizer-table3 reproduce-synthesizer-table4 reproduce-synthesizer-table5 \
-	reproduce-ut-table1 reproduce-ut-table3 reproduce-ut-table5 reproduce-ut-table6 reproduce-ut-fixed_table5 reproduce-ut-fixed_table4 reproduce-ut-fixed_table6 reproduce-synthesizer-fixed_table2 reproduce-qknorm-fixed_table1 \
+	reproduce-ut-table1 reproduce-ut-table3 reproduce-ut-table5 reproduce-ut-table6 reproduce-ut-fixed_table5 reproduce-ut-fixed_table4 reproduce-ut-fixed_table6 reproduce-ut-fixed2_table6 reproduce-synthesizer-fixed_table2 reproduce-qknorm-fixed_table1 \
 	reproduce-bigbird-table1 reproduce-bigbird-table10
 
 reproduce-list: ## List every reproduce target: rows, seeds, table specs, estimated wall time (SCALE=gpu: GPU-hours)
@@ -152,6 +152,10 @@ reproduce-ut-fixed_table4: $(STAMP) ## UT Table 4 copy and reverse decided beyon
 reproduce-ut-fixed_table6: override SEEDS = 21,22,23,24,25,26,27,28
 reproduce-ut-fixed_table6: $(STAMP) ## UT Table 6 addition at a reduced size (2 digits, nesting 1), pre-registered fixed-n (8 seeds per row, one look)
 	$(call reproduce,ut/fixed_table6)
+
+reproduce-ut-fixed2_table6: override SEEDS = 31,32,33,34,35,36,37,38
+reproduce-ut-fixed2_table6: $(STAMP) ## UT Table 6 addition at a reduced size and 6000 updates, a second pre-registered fixed-n protocol (8 seeds per row, one look)
+	$(call reproduce,ut/fixed2_table6)
 
 reproduce-ut-table6: $(STAMP) ## UT Table 6: Learning to Execute program evaluation (program/control/addition)
 	$(call reproduce,ut/table6)

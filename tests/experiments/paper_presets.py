@@ -31,6 +31,7 @@ TABLES = {
     "ut/fixed_table5": "table5_lte_memorization",  # pre-registered fixed-n replication of Table 5 reverse
     "ut/fixed_table4": "table4_algorithmic",  # pre-registered fixed-n rerun of Table 4 copy/reverse (test_ood)
     "ut/fixed_table6": "table6_lte_program",  # pre-registered reduced Table 6 addition
+    "ut/fixed2_table6": "table6_lte_program",  # the same at 6000 updates, a second pre-registered protocol
     "ut/table6": "table6_lte_program",
     "ut/table7": "table7_wmt14_ende",
     "qknorm/table1": "table_main_bleu",

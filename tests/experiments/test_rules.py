@@ -102,6 +102,7 @@ RULES: dict[str, Rule] = {
     "ut/fixed_table5": UT_PER_VARIANT_RULE,
     "ut/fixed_table4": UT_PER_TASK_RULE,
     "ut/fixed_table6": UT_PER_VARIANT_RULE,
+    "ut/fixed2_table6": UT_PER_VARIANT_RULE,
     "ut/table6": UT_PER_VARIANT_RULE,
     # UT Table 3 (LAMBADA): T2T transformer_base vs universal_transformer_base (fixed 6/8/9 steps, ACT): sizes,
     # dropout and T2T's width-scaled learning rate follow the model; no equal-size claim in the paper.
