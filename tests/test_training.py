@@ -221,7 +221,7 @@ def test_a_held_halting_unit_gets_no_update_until_its_hold_ends(hold):
     from types import SimpleNamespace
 
     module = build_module(compose(["experiment=probes/ut2/ut_act_deep",
-                                   f"+model.recurrence.halting_hold_updates={hold}"]))
+                                   f"model.recurrence.halting_hold_updates={hold}"]))
     halting = [p for name, p in module.model.named_parameters() if "halting_unit" in name]
     others = [p for name, p in module.model.named_parameters() if "halting_unit" not in name]
     assert len(halting) == 2
