@@ -81,11 +81,11 @@ def test_each_probe_has_a_make_target_with_five_seeds():
 
 def test_the_redesigned_depth_probe_has_hops_beyond_the_transformer_within_the_ut_and_no_backward_shortcut():
     """issue 53: probes/ut's 4-layer Transformer answered every 3-hop query, so the UT could not beat it. In
-    probes/ut2 the Transformer has one layer (one lookup: one hop), the UT the same layer applied more times than
-    the deepest query's hops, with no more parameters than the Transformer; on a cycle of n nodes, h ahead is n - h
-    behind, so n > 2 x max_hops keeps every answer h lookups deep. The deep-start ACT row follows its spec's rule:
-    W = 0 and b0 = logit((1 - eps) / (M/2 - 1/2)), a constant p that halts at exactly M/2 steps, with M = 2 x the
-    UT's steps, held for the first half of training."""
+    probes/ut2 the Transformer has one layer (no lookup keyed by another's result), the UT the same layer applied
+    more times than the deepest query's hops, with no more parameters than the Transformer; on a cycle of n nodes,
+    h ahead is n - h behind, so n > 2 x max_hops keeps every answer h lookups deep. The deep-start ACT row follows
+    its spec's rule: W = 0 and b0 = logit((1 - eps) / (M/2 - 1/2)), a constant p that halts at exactly M/2 steps,
+    with M = 2 x the UT's steps, held for the first half of training."""
     import math
 
     from tests.conftest import compose

@@ -81,6 +81,9 @@ class TaskModule(L.LightningModule):
         self.model = self.build_model()
         if optim_cfg.get("freeze_embeddings"):
             freeze_embeddings(self.model)
+        # Modules that hold some parameters still at some updates (``held_parameters``), found once: the module tree
+        # does not change during training.
+        self._parameter_holders = [m for m in self.model.modules() if callable(getattr(m, "held_parameters", None))]
         self._tokens_seen = 0
         self._update_count: torch.Tensor | None = None  # loss count of the update so far (``loss_count``)
         self.eval_split_names: list[str] = list(task_info.get("eval_splits", {"test": "test"}))
@@ -211,11 +214,9 @@ class TaskModule(L.LightningModule):
 
     def _drop_held_gradients(self) -> None:
         update = int(self.global_step) if self._trainer is not None else 0
-        for module in self.model.modules():
-            held = getattr(module, "held_parameters", None)
-            if callable(held):
-                for p in held(update):
-                    p.grad = None
+        for module in self._parameter_holders:
+            for p in module.held_parameters(update):
+                p.grad = None
 
     def configure_optimizers(self):
         o = self.optim_cfg
